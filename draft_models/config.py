@@ -1,0 +1,262 @@
+"""Typed configuration of a draft model and the target facts it is resolved against.
+
+`DraftConfig` is mirrored field for field by `conf/draft/*.yaml`; `resolve()` fills every
+"default from the target" field and validates the whole, so a model is only ever built from
+a complete, checked config.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+ARCHS = ("dspark", "dflash", "eagle3")
+ROPES = ("full", "partial", "interleaved", "none")
+ATTENTIONS = ("qwen3", "ling3_mla")
+SEQUENTIAL_HEADS = ("markov", "rnn", "none")
+DIVERGENCES = ("tv", "forward_kl")
+
+
+def _bad(field_name: str, value: Any, allowed: str) -> ValueError:
+    return ValueError(f"draft.{field_name}={value!r} is invalid; allowed: {allowed}")
+
+
+def dflash_layer_ids(num_target_layers: int, num_ids: int) -> list[int]:
+    """DFlash's default rule: `num_ids` layers evenly spaced from layer 1 to layer N-3."""
+    if num_ids == 1:
+        return [num_target_layers // 2]
+    start, end = 1, num_target_layers - 3
+    if end < start:
+        raise ValueError(
+            f"the evenly spaced target-layer rule needs a target with >= 4 layers, got {num_target_layers}"
+        )
+    return [int(round(start + i * (end - start) / (num_ids - 1))) for i in range(num_ids)]
+
+
+@dataclass
+class TargetSpec:
+    """The shape facts of a target model that a draft depends on (read from its HF config)."""
+
+    model_type: str
+    hidden_size: int
+    num_layers: int
+    vocab_size: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    intermediate_size: int
+    rms_norm_eps: float = 1e-6
+    rope_theta: float = 10000.0
+    pad_token_id: Optional[int] = None
+    tie_word_embeddings: bool = False
+    # MLA facts (Ling-3 / bailing_hybrid); None for targets without MLA layers.
+    kv_lora_rank: Optional[int] = None
+    qk_nope_head_dim: Optional[int] = None
+    qk_rope_head_dim: Optional[int] = None
+    v_head_dim: Optional[int] = None
+
+    @classmethod
+    def from_hf_config(cls, config: Any) -> "TargetSpec":
+        text = config.get_text_config() if hasattr(config, "get_text_config") else config
+        heads = int(text.num_attention_heads)
+        hidden = int(text.hidden_size)
+        rope_params = getattr(text, "rope_parameters", None) or {}
+        theta = rope_params.get("rope_theta", getattr(text, "rope_theta", 10000.0))
+        return cls(
+            model_type=str(getattr(text, "model_type", "unknown")),
+            hidden_size=hidden,
+            num_layers=int(text.num_hidden_layers),
+            vocab_size=int(text.vocab_size),
+            num_attention_heads=heads,
+            num_key_value_heads=int(getattr(text, "num_key_value_heads", None) or heads),
+            head_dim=int(getattr(text, "head_dim", None) or hidden // heads),
+            intermediate_size=int(text.intermediate_size),
+            rms_norm_eps=float(getattr(text, "rms_norm_eps", 1e-6)),
+            rope_theta=float(theta),
+            pad_token_id=getattr(text, "pad_token_id", None),
+            tie_word_embeddings=bool(getattr(config, "tie_word_embeddings", False)),
+            kv_lora_rank=getattr(text, "kv_lora_rank", None),
+            qk_nope_head_dim=getattr(text, "qk_nope_head_dim", None),
+            qk_rope_head_dim=getattr(text, "qk_rope_head_dim", None),
+            v_head_dim=getattr(text, "v_head_dim", None),
+        )
+
+    @property
+    def default_mask_token_id(self) -> int:
+        """A token id the target never needs to predict: its pad token, else the last id."""
+        if self.pad_token_id is not None and 0 <= int(self.pad_token_id) < self.vocab_size:
+            return int(self.pad_token_id)
+        return self.vocab_size - 1
+
+
+@dataclass
+class LossConfig:
+    """Weights of the DSpark objective (spec defaults: 0.1 CE, 0.9 TV, 1.0 confidence, decay 4)."""
+
+    ce_weight: float = 0.1
+    distill_weight: float = 0.9
+    # "tv": L1 distance to the target distribution (the paper); "forward_kl": KL(p_t || p_d).
+    divergence: str = "tv"
+    confidence_weight: float = 1.0
+    position_decay: float = 4.0
+    # Rows of (block position) whose vocab-wide logits are alive at once; bounds loss memory.
+    chunk_rows: int = 256
+
+    def validate(self) -> None:
+        if self.divergence not in DIVERGENCES:
+            raise _bad("loss.divergence", self.divergence, ", ".join(DIVERGENCES))
+        for name in ("ce_weight", "distill_weight", "confidence_weight"):
+            if getattr(self, name) < 0:
+                raise _bad(f"loss.{name}", getattr(self, name), "a weight >= 0")
+        if self.position_decay <= 0:
+            raise _bad("loss.position_decay", self.position_decay, "a number > 0")
+        if self.chunk_rows < 1:
+            raise _bad("loss.chunk_rows", self.chunk_rows, "an integer >= 1")
+
+
+@dataclass
+class DraftConfig:
+    """Every ablation axis of a draft. `None` means "take it from the target" at resolve()."""
+
+    arch: str = "dspark"
+    num_layers: int = 5
+    block_size: int = 7
+    target_layer_ids: Optional[list[int]] = None
+    num_target_layer_ids: Optional[int] = None  # how many ids the default rule picks; None: num_layers
+    hidden_size: Optional[int] = None
+    num_attention_heads: Optional[int] = None
+    num_key_value_heads: Optional[int] = None
+    head_dim: Optional[int] = None
+    intermediate_size: Optional[int] = None
+    rms_norm_eps: Optional[float] = None
+    rope: str = "full"
+    partial_rotary_factor: float = 0.5
+    rope_theta: Optional[float] = None
+    attention: str = "qwen3"
+    sliding_window: Optional[int] = None
+    # ling3_mla only; None takes the target's MLA shape (or a Ling-like default).
+    kv_lora_rank: Optional[int] = None
+    qk_nope_head_dim: Optional[int] = None
+    qk_rope_head_dim: Optional[int] = None
+    v_head_dim: Optional[int] = None
+    sequential_head: str = "markov"
+    markov_rank: int = 256
+    confidence_head: bool = True
+    mask_token_id: Optional[int] = None
+    loss: LossConfig = field(default_factory=LossConfig)
+
+    # ----- derived facts -----
+    @property
+    def samples_from_anchor(self) -> bool:
+        """DSpark predicts position anchor+1 from slot 0 (the anchor); DFlash/EAGLE-3 feed the
+        anchor and predict from the slots after it."""
+        return self.arch == "dspark"
+
+    @property
+    def num_slots(self) -> int:
+        """Input slots per block: gamma for DSpark, anchor + gamma masks for DFlash."""
+        return self.block_size if self.samples_from_anchor else self.block_size + 1
+
+    @property
+    def rotary_fraction(self) -> float:
+        if self.rope == "none":
+            return 0.0
+        return self.partial_rotary_factor if self.rope == "partial" else 1.0
+
+    # ----- resolution -----
+    def resolve(self, target: TargetSpec) -> "DraftConfig":
+        """Return a copy with every target-derived field filled in, validated against `target`."""
+        self._validate_choices()
+        mla = self.attention == "ling3_mla"
+        filled = dataclasses.replace(
+            self,
+            hidden_size=self.hidden_size or target.hidden_size,
+            num_attention_heads=self.num_attention_heads or target.num_attention_heads,
+            num_key_value_heads=self.num_key_value_heads or target.num_key_value_heads,
+            head_dim=self.head_dim or target.head_dim,
+            intermediate_size=self.intermediate_size or target.intermediate_size,
+            rms_norm_eps=self.rms_norm_eps if self.rms_norm_eps is not None else target.rms_norm_eps,
+            rope_theta=self.rope_theta if self.rope_theta is not None else target.rope_theta,
+            mask_token_id=(
+                self.mask_token_id if self.mask_token_id is not None else target.default_mask_token_id
+            ),
+            target_layer_ids=list(
+                self.target_layer_ids
+                if self.target_layer_ids is not None
+                else dflash_layer_ids(target.num_layers, self.num_target_layer_ids or self.num_layers)
+            ),
+            kv_lora_rank=(self.kv_lora_rank or target.kv_lora_rank or 512) if mla else self.kv_lora_rank,
+            qk_nope_head_dim=(self.qk_nope_head_dim or target.qk_nope_head_dim or 128) if mla else None,
+            qk_rope_head_dim=(self.qk_rope_head_dim or target.qk_rope_head_dim or 64) if mla else None,
+            v_head_dim=(self.v_head_dim or target.v_head_dim or 128) if mla else None,
+        )
+        filled._validate_against(target)
+        return filled
+
+    def _validate_choices(self) -> None:
+        for name, allowed in (
+            ("arch", ARCHS),
+            ("rope", ROPES),
+            ("attention", ATTENTIONS),
+            ("sequential_head", SEQUENTIAL_HEADS),
+        ):
+            if getattr(self, name) not in allowed:
+                raise _bad(name, getattr(self, name), ", ".join(allowed))
+        if self.block_size < 2:
+            raise _bad("block_size", self.block_size, "an integer >= 2 (gamma)")
+        if self.num_layers < 1:
+            raise _bad("num_layers", self.num_layers, "an integer >= 1")
+        if not 0.0 < self.partial_rotary_factor <= 1.0:
+            raise _bad("partial_rotary_factor", self.partial_rotary_factor, "a number in (0, 1]")
+        if self.sequential_head != "none" and self.markov_rank < 1:
+            raise _bad("markov_rank", self.markov_rank, "an integer >= 1 when a sequential head is used")
+        if self.arch != "dspark":
+            if self.sequential_head != "none":
+                raise _bad("sequential_head", self.sequential_head, f"'none' for arch={self.arch}")
+            if self.confidence_head:
+                raise _bad("confidence_head", self.confidence_head, f"false for arch={self.arch}")
+        if self.arch == "eagle3":
+            if self.num_layers != 1:
+                raise _bad("num_layers", self.num_layers, "1 for arch=eagle3 (a single-layer chain)")
+            if self.attention != "qwen3":
+                raise _bad("attention", self.attention, "qwen3 for arch=eagle3")
+        if self.sliding_window is not None and self.sliding_window < self.block_size:
+            raise _bad("sliding_window", self.sliding_window, f"null or an integer >= block_size ({self.block_size})")
+        self.loss.validate()
+
+    def _validate_against(self, target: TargetSpec) -> None:
+        if self.hidden_size != target.hidden_size:
+            raise _bad(
+                "hidden_size",
+                self.hidden_size,
+                f"the target hidden size {target.hidden_size}: the draft reuses the target's "
+                "embedding and LM head, and its fusion layer maps target states to this width",
+            )
+        ids = self.target_layer_ids
+        if not ids:
+            raise _bad("target_layer_ids", ids, "a non-empty list of target layer ids")
+        for i in ids:
+            if not isinstance(i, int) or not 0 <= i < target.num_layers:
+                raise _bad("target_layer_ids", ids, f"ids in [0, {target.num_layers - 1}] (target has {target.num_layers} layers)")
+        if len(set(ids)) != len(ids):
+            raise _bad("target_layer_ids", ids, "distinct ids")
+        if not 0 <= self.mask_token_id < target.vocab_size:
+            raise _bad("mask_token_id", self.mask_token_id, f"an id in [0, {target.vocab_size - 1}]")
+        if self.num_attention_heads % self.num_key_value_heads:
+            raise _bad(
+                "num_key_value_heads",
+                self.num_key_value_heads,
+                f"a divisor of num_attention_heads={self.num_attention_heads}",
+            )
+        if self.attention == "qwen3":
+            rot = int(self.head_dim * self.rotary_fraction)
+            if self.rope != "none" and (rot < 2 or rot % 2):
+                raise _bad(
+                    "partial_rotary_factor",
+                    self.partial_rotary_factor,
+                    f"a factor giving an even rotary width >= 2 of head_dim={self.head_dim}",
+                )
+        else:
+            if self.qk_rope_head_dim % 2:
+                raise _bad("qk_rope_head_dim", self.qk_rope_head_dim, "an even integer")

@@ -1,0 +1,24 @@
+"""Typed loading of Hydra/YAML config nodes into the config dataclasses.
+
+An unknown key or a value of the wrong type raises ValueError naming the key, instead of being
+silently ignored."""
+
+from __future__ import annotations
+
+from typing import Any, Type, TypeVar
+
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+T = TypeVar("T")
+
+
+def load_dataclass(cls: Type[T], node: Any, where: str) -> T:
+    """Merge `node` (dict or DictConfig) onto the dataclass schema and return an instance."""
+    schema = OmegaConf.structured(cls)
+    try:
+        merged = OmegaConf.merge(schema, node if node is not None else {})
+        return OmegaConf.to_object(merged)
+    except OmegaConfBaseException as exc:
+        key = getattr(exc, "full_key", None) or "?"
+        raise ValueError(f"bad config {where}.{key}: {str(exc).splitlines()[0]}") from None

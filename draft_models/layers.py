@@ -1,0 +1,137 @@
+"""Draft transformer pieces: the two attention structures, the MLP and the decoder layer.
+
+Parameter names follow SGLang's DFlash/DSpark draft loader (`layers.N.self_attn.q_proj`, ...),
+so export is a plain state_dict with no renaming. Every attention exposes the same three steps
+because context keys/values are computed from *injected* target states, not from the layer input:
+`kv(x, pos)` -> keys/values, `q(x, pos)` -> queries, `out(attn, x)` -> projected output.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .config import DraftConfig
+from .packed_attention import TokenIndex, packed_attention
+from .rope import Rotary
+
+
+class Qwen3Attention(nn.Module):
+    """GQA with per-head RMSNorm on q and k (the structure SGLang's DSpark drafts serve)."""
+
+    def __init__(self, cfg: DraftConfig, in_features: Optional[int] = None) -> None:
+        super().__init__()
+        h, d = cfg.hidden_size, cfg.head_dim
+        in_features = in_features or h
+        self.num_heads, self.num_kv_heads, self.head_dim = cfg.num_attention_heads, cfg.num_key_value_heads, d
+        self.q_proj = nn.Linear(in_features, self.num_heads * d, bias=False)
+        self.k_proj = nn.Linear(in_features, self.num_kv_heads * d, bias=False)
+        self.v_proj = nn.Linear(in_features, self.num_kv_heads * d, bias=False)
+        self.o_proj = nn.Linear(self.num_heads * d, h, bias=False)
+        self.q_norm = nn.RMSNorm(d, eps=cfg.rms_norm_eps)
+        self.k_norm = nn.RMSNorm(d, eps=cfg.rms_norm_eps)
+        self.rotary = Rotary.for_variant(cfg.rope, d, cfg.partial_rotary_factor, cfg.rope_theta)
+        self.scale = d**-0.5
+
+    def q(self, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        q = self.q_proj(x).view(-1, self.num_heads, self.head_dim)
+        return self.rotary(self.q_norm(q), pos)
+
+    def kv(self, x: torch.Tensor, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        k = self.k_proj(x).view(-1, self.num_kv_heads, self.head_dim)
+        v = self.v_proj(x).view(-1, self.num_kv_heads, self.head_dim)
+        return self.rotary(self.k_norm(k), pos), v
+
+    def out(self, attn: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        return self.o_proj(attn.flatten(1))
+
+
+class Ling3MLAAttention(nn.Module):
+    """Ling-3's MLA: low-rank joint KV, a decoupled RoPE key shared by all heads, and a
+    head-wise sigmoid gate on the attention output. Not servable by SGLang's DSpark drafts."""
+
+    def __init__(self, cfg: DraftConfig) -> None:
+        super().__init__()
+        h = cfg.hidden_size
+        self.num_heads = cfg.num_attention_heads
+        self.nope, self.rope_dim, self.v_dim = cfg.qk_nope_head_dim, cfg.qk_rope_head_dim, cfg.v_head_dim
+        self.kv_lora_rank = cfg.kv_lora_rank
+        self.q_proj = nn.Linear(h, self.num_heads * (self.nope + self.rope_dim), bias=False)
+        self.kv_a_proj_with_mqa = nn.Linear(h, self.kv_lora_rank + self.rope_dim, bias=False)
+        self.kv_a_layernorm = nn.RMSNorm(self.kv_lora_rank, eps=cfg.rms_norm_eps)
+        self.kv_b_proj = nn.Linear(self.kv_lora_rank, self.num_heads * (self.nope + self.v_dim), bias=False)
+        self.o_proj = nn.Linear(self.num_heads * self.v_dim, h, bias=False)
+        self.g_proj = nn.Linear(h, self.num_heads, bias=False)
+        self.rotary = Rotary.for_variant(cfg.rope, self.rope_dim, cfg.partial_rotary_factor, cfg.rope_theta)
+        self.scale = (self.nope + self.rope_dim) ** -0.5
+
+    def q(self, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        q = self.q_proj(x).view(-1, self.num_heads, self.nope + self.rope_dim)
+        q_nope, q_rot = q.split((self.nope, self.rope_dim), dim=-1)
+        return torch.cat((q_nope, self.rotary(q_rot, pos)), dim=-1)
+
+    def kv(self, x: torch.Tensor, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        latent, k_rot = self.kv_a_proj_with_mqa(x).split((self.kv_lora_rank, self.rope_dim), dim=-1)
+        kv = self.kv_b_proj(self.kv_a_layernorm(latent)).view(-1, self.num_heads, self.nope + self.v_dim)
+        k_nope, v = kv.split((self.nope, self.v_dim), dim=-1)
+        k_rot = self.rotary(k_rot[:, None, :], pos).expand(-1, self.num_heads, -1)
+        return torch.cat((k_nope, k_rot), dim=-1), v
+
+    def out(self, attn: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        gate = torch.sigmoid(self.g_proj(x)).unsqueeze(-1)
+        return self.o_proj((attn * gate).flatten(1))
+
+
+def build_attention(cfg: DraftConfig) -> nn.Module:
+    return Ling3MLAAttention(cfg) if cfg.attention == "ling3_mla" else Qwen3Attention(cfg)
+
+
+class MLP(nn.Module):
+    def __init__(self, hidden: int, intermediate: int) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(hidden, intermediate, bias=False)
+        self.up_proj = nn.Linear(hidden, intermediate, bias=False)
+        self.down_proj = nn.Linear(intermediate, hidden, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class InjectedDecoderLayer(nn.Module):
+    """Pre-norm decoder layer whose attention keys are [context K/V ; block K/V]."""
+
+    def __init__(self, cfg: DraftConfig) -> None:
+        super().__init__()
+        self.input_layernorm = nn.RMSNorm(cfg.hidden_size, eps=cfg.rms_norm_eps)
+        self.self_attn = build_attention(cfg)
+        self.post_attention_layernorm = nn.RMSNorm(cfg.hidden_size, eps=cfg.rms_norm_eps)
+        self.mlp = MLP(cfg.hidden_size, cfg.intermediate_size)
+        self.window = cfg.sliding_window
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        x_index: TokenIndex,
+        ctx: torch.Tensor,
+        ctx_index: TokenIndex,
+        backend: str = "auto",
+    ) -> torch.Tensor:
+        attn = self.self_attn
+        ctx_k, ctx_v = attn.kv(ctx, ctx_index.pos)
+        normed = self.input_layernorm(x)
+        blk_k, blk_v = attn.kv(normed, x_index.pos)
+        o = packed_attention(
+            attn.q(normed, x_index.pos),
+            torch.cat((ctx_k, blk_k)),
+            torch.cat((ctx_v, blk_v)),
+            x_index,
+            ctx_index.cat(x_index),
+            scale=attn.scale,
+            window=self.window,
+            backend=backend,
+        )
+        x = x + attn.out(o, normed)
+        return x + self.mlp(self.post_attention_layernorm(x))

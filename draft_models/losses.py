@@ -1,0 +1,144 @@
+"""The DSpark training objective, applied in row chunks so memory stays bounded.
+
+Per block prediction k (1-based) with weight w_k = exp(-(k-1)/decay):
+  CE   = -log p_d,k(x*_k)
+  TV   = || p_d,k - p_t,k ||_1                     (or forward KL(p_t || p_d) as an option)
+  c*_k = 1 - 0.5 || p_d,k - p_t,k ||_1             (no gradient: a soft label)
+  CONF = BCE(c_k, c*_k)
+  L    = ce_weight * CE + distill_weight * TV + confidence_weight * CONF
+each averaged over valid predictions with weights w_k (sum_k w_k m_k l_k / sum_k w_k m_k).
+
+Memory bound: only `chunk_rows` predictions have vocabulary-wide tensors alive at a time, and
+each chunk runs under activation checkpointing, so its logits are recomputed in backward instead
+of being stored. Peak extra memory is about 8 x chunk_rows x vocab x 4 bytes (fp32 logits,
+log-probs and probabilities of draft and target, plus their gradients in backward), independent
+of the number of anchors and of the context length.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
+
+from .config import LossConfig
+from .heads import FrozenTargetHead
+from .models import DraftOutput
+from .packing import PackedBatch
+
+PARTS = ("ce", "distill", "conf")
+
+
+@dataclass
+class LossResult:
+    loss: torch.Tensor  # scalar, differentiable
+    parts: dict[str, float] = field(default_factory=dict)  # weighted means of each term
+    # Per block position k (0-based), over valid predictions:
+    c_star: list[float] = field(default_factory=list)  # mean analytic acceptance prob
+    top1: list[float] = field(default_factory=list)  # argmax p_d == argmax p_t
+    confidence: list[float] = field(default_factory=list)  # mean predicted c_k (if a head)
+    count: list[int] = field(default_factory=list)
+
+
+def position_weights(gamma: int, decay: float, device=None) -> torch.Tensor:
+    return torch.exp(-torch.arange(gamma, dtype=torch.float32, device=device) / decay)
+
+
+def _chunk_terms(hidden, latent, conf_logit, target_hidden, labels, lm_head, w2, divergence):
+    """Per-row loss terms and metrics for one chunk. Rows: predictions; all outputs [rows]."""
+    if latent is not None:
+        logits = torch.cat((hidden, latent.to(hidden.dtype)), -1) @ torch.cat((lm_head, w2.to(lm_head.dtype)), 1).T
+    else:
+        logits = hidden @ lm_head.T
+    logp_d = F.log_softmax(logits.float(), dim=-1)
+    with torch.no_grad():
+        logp_t = F.log_softmax((target_hidden @ lm_head.T).float(), dim=-1)
+        p_t = logp_t.exp()
+    p_d = logp_d.exp()
+    l1 = (p_d - p_t).abs().sum(-1)
+    ce = -logp_d.gather(-1, labels[:, None]).squeeze(-1)
+    if divergence == "forward_kl":
+        distill = (p_t * (logp_t - logp_d)).sum(-1)
+    else:
+        distill = l1
+    c_star = (1.0 - 0.5 * l1).detach().clamp(0.0, 1.0)
+    if conf_logit is not None:
+        conf = F.binary_cross_entropy_with_logits(conf_logit.float(), c_star, reduction="none")
+    else:
+        conf = torch.zeros_like(ce)
+    top1 = (logp_d.argmax(-1) == logp_t.argmax(-1)).float()
+    return torch.stack((ce, distill, conf)), torch.stack((c_star, top1))
+
+
+def distillation_loss(
+    out: DraftOutput,
+    batch: PackedBatch,
+    target_head: FrozenTargetHead,
+    cfg: LossConfig,
+    markov_w2: Optional[torch.Tensor] = None,
+) -> LossResult:
+    """The weighted DSpark objective over every valid block prediction in `batch`."""
+    n, gamma, h = out.hidden.shape
+    if batch.labels.shape != (n, gamma):
+        raise ValueError(f"draft output has {n}x{gamma} predictions but labels are {tuple(batch.labels.shape)}")
+    if (out.seq_latent is None) != (markov_w2 is None):
+        raise ValueError("pass markov_w2 exactly when the draft has a sequential head")
+    lm_head = target_head.lm_head_weight
+    mask = batch.label_mask.reshape(-1)
+    rows = torch.nonzero(mask).squeeze(1)
+    slot = torch.arange(gamma, device=mask.device).repeat(n)[rows]
+    weights = position_weights(gamma, cfg.position_decay, mask.device)[slot]
+    flat = lambda t: None if t is None else t.reshape(n * gamma, *t.shape[2:])[rows]  # noqa: E731
+    hidden, latent, conf_logit = flat(out.hidden), flat(out.seq_latent), flat(out.confidence_logit)
+    target_hidden = flat(batch.target_hidden).to(lm_head.dtype)
+    labels = flat(batch.labels)
+
+    terms, metrics = [], []
+    for start in range(0, rows.numel(), cfg.chunk_rows):
+        sl = slice(start, start + cfg.chunk_rows)
+        args = (
+            hidden[sl],
+            None if latent is None else latent[sl],
+            None if conf_logit is None else conf_logit[sl],
+            target_hidden[sl],
+            labels[sl],
+            lm_head,
+            markov_w2,
+            cfg.divergence,
+        )
+        t, m = checkpoint(_chunk_terms, *args, use_reentrant=False) if hidden.requires_grad else _chunk_terms(*args)
+        terms.append(t)
+        metrics.append(m)
+    if not terms:
+        raise ValueError("batch has no valid block prediction (every label is masked)")
+    terms, metrics = torch.cat(terms, 1), torch.cat(metrics, 1)
+    total_w = weights.sum()
+    means = (terms * weights).sum(1) / total_w
+    coef = torch.tensor([cfg.ce_weight, cfg.distill_weight, cfg.confidence_weight], device=means.device)
+    if conf_logit is None:
+        coef[2] = 0.0
+    loss = (means * coef).sum()
+    return LossResult(
+        loss=loss,
+        parts={name: float(v) for name, v in zip(PARTS, means.detach())},
+        **per_position_metrics(slot, gamma, metrics, conf_logit),
+    )
+
+
+@torch.no_grad()
+def per_position_metrics(slot, gamma, metrics, conf_logit) -> dict:
+    count = torch.bincount(slot, minlength=gamma)
+    denom = count.clamp(min=1).float()
+
+    def mean(v):
+        return (torch.zeros(gamma, device=v.device).index_add_(0, slot, v.float()) / denom).tolist()
+
+    return dict(
+        c_star=mean(metrics[0]),
+        top1=mean(metrics[1]),
+        confidence=mean(torch.sigmoid(conf_logit)) if conf_logit is not None else [],
+        count=count.tolist(),
+    )

@@ -1,0 +1,144 @@
+"""Attention over a flat, packed batch of draft blocks and their injected target context.
+
+Queries are the draft-block tokens of many sequences packed together; keys are the injected
+context tokens (target hidden states of every sequence) followed by the block tokens. Which key a
+query may see is a token-level rule over four index vectors (see `TokenIndex`):
+
+- a context key of the same sequence whose position is *before the block's anchor*
+  (and within `window` of the query when a sliding window is set);
+- a key of the same block (bidirectional; for EAGLE-3 chains only earlier or equal slots).
+
+Backend choice. The default is **flex_attention** with a BlockMask built from this rule: the rule
+is ragged per block (each block sees its own prefix of its own sequence), so a dense [Q, K] mask
+would cost anchors x block x total-context memory and SDPA would still compute every masked tile;
+flex skips fully masked 128x128 tiles, so compute is proportional to the keys each block really
+sees (sum over blocks of anchor position + block size) and no [Q, K] tensor is ever materialised.
+Flex is fast only when compiled, which is what we do on GPU. On CPU (tests, the embedded recipe)
+the **sdpa** backend evaluates the same rule one sequence at a time with a dense boolean mask,
+which bounds memory by the largest sequence's (blocks x block size) x (context + blocks) and
+never forms cross-sequence pairs. Both backends share `allowed_pairs`, and a test checks they agree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+
+
+@dataclass
+class TokenIndex:
+    """Token-level indices of a flat token set. Context tokens have block = slot = -1."""
+
+    seq: torch.Tensor  # [T] sequence id within the packed batch
+    pos: torch.Tensor  # [T] absolute position of the token in its sequence
+    block: torch.Tensor  # [T] block id within the packed batch, -1 for context
+    slot: torch.Tensor  # [T] slot inside the block, -1 for context
+
+    def __len__(self) -> int:
+        return int(self.seq.shape[0])
+
+    def cat(self, other: "TokenIndex") -> "TokenIndex":
+        return TokenIndex(*(torch.cat((a, b)) for a, b in zip(self.fields(), other.fields())))
+
+    def select(self, idx: torch.Tensor) -> "TokenIndex":
+        return TokenIndex(*(f[idx] for f in self.fields()))
+
+    def fields(self) -> tuple[torch.Tensor, ...]:
+        return (self.seq, self.pos, self.block, self.slot)
+
+
+def allowed_pairs(q, k, window: Optional[int], block_causal: bool):
+    """The visibility rule, written once for tensors that broadcast (dense masks) and for
+    flex_attention's per-element mask_mod. `q` and `k` are (seq, pos, block, slot) tuples."""
+    q_seq, q_pos, q_block, q_slot = q
+    k_seq, k_pos, k_block, k_slot = k
+    anchor = q_pos - q_slot
+    context = (k_block < 0) & (k_seq == q_seq) & (k_pos < anchor)
+    if window is not None:
+        context = context & (q_pos - k_pos < window)
+    own_block = k_block == q_block
+    if block_causal:
+        own_block = own_block & (k_slot <= q_slot)
+    return context | own_block
+
+
+def packed_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    q_index: TokenIndex,
+    k_index: TokenIndex,
+    *,
+    scale: float,
+    window: Optional[int] = None,
+    block_causal: bool = False,
+    backend: str = "auto",
+) -> torch.Tensor:
+    """q: [Q, Hq, D], k: [K, Hkv, D], v: [K, Hkv, Dv] -> [Q, Hq, Dv] (GQA when Hq > Hkv)."""
+    if backend == "auto":
+        backend = "flex" if q.is_cuda else "sdpa"
+    if backend == "flex":
+        return _flex(q, k, v, q_index, k_index, scale, window, block_causal)
+    if backend == "sdpa":
+        return _sdpa_per_sequence(q, k, v, q_index, k_index, scale, window, block_causal)
+    raise ValueError(f"unknown attention backend {backend!r}; allowed: auto, flex, sdpa")
+
+
+def _sdpa_per_sequence(q, k, v, q_index, k_index, scale, window, block_causal):
+    out = q.new_empty(q.shape[0], q.shape[1], v.shape[-1])
+    gqa = q.shape[1] != k.shape[1]
+    for s in torch.unique(q_index.seq).tolist():
+        qi = torch.nonzero(q_index.seq == s).squeeze(1)
+        ki = torch.nonzero(k_index.seq == s).squeeze(1)
+        mask = allowed_pairs(
+            tuple(f[qi, None] for f in q_index.fields()),
+            tuple(f[None, ki] for f in k_index.fields()),
+            window,
+            block_causal,
+        )
+        o = F.scaled_dot_product_attention(
+            q[qi].transpose(0, 1),
+            k[ki].transpose(0, 1),
+            v[ki].transpose(0, 1),
+            attn_mask=mask,
+            scale=scale,
+            enable_gqa=gqa,
+        )
+        out[qi] = o.transpose(0, 1)
+    return out
+
+
+_compiled_flex = None
+
+
+def _flex(q, k, v, q_index, k_index, scale, window, block_causal):
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    global _compiled_flex
+    qf, kf = q_index.fields(), k_index.fields()
+
+    def mask_mod(b, h, qi, ki):
+        return allowed_pairs(
+            tuple(f[qi] for f in qf), tuple(f[ki] for f in kf), window, block_causal
+        )
+
+    block_mask = create_block_mask(
+        mask_mod, None, None, q.shape[0], k.shape[0], device=q.device
+    )
+    attend = flex_attention
+    if q.is_cuda:
+        if _compiled_flex is None:
+            _compiled_flex = torch.compile(flex_attention, dynamic=True)
+        attend = _compiled_flex
+    o = attend(
+        q.transpose(0, 1)[None],
+        k.transpose(0, 1)[None],
+        v.transpose(0, 1)[None],
+        block_mask=block_mask,
+        scale=scale,
+        enable_gqa=q.shape[1] != k.shape[1],
+    )
+    return o[0].transpose(0, 1)

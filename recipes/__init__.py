@@ -1,0 +1,1 @@
+"""Per-target recipes (smol, ling3) and their READMEs (issue 3)."""

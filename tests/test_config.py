@@ -1,0 +1,122 @@
+import dataclasses
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from transformers import BailingHybridConfig, LlamaConfig
+
+from conftest import random_sample, tiny_config, tiny_draft, tiny_head, tiny_target
+from draft_models import DraftConfig, LossConfig, TargetSpec, build_draft, dflash_layer_ids, pack_sequences
+from draft_models.config_io import load_dataclass
+
+CONF = Path(__file__).resolve().parents[1] / "conf"
+
+
+def test_dflash_rule_reproduces_deepspec_qwen3_4b_layers():
+    assert dflash_layer_ids(36, 5) == [1, 9, 17, 25, 33]
+    assert dflash_layer_ids(30, 1) == [15]
+
+
+def test_resolve_fills_target_defaults():
+    cfg = DraftConfig(num_layers=3).resolve(tiny_target())
+    assert (cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim) == (32, 4, 2, 8)
+    assert cfg.target_layer_ids == dflash_layer_ids(8, 3)
+    assert cfg.mask_token_id == tiny_target().vocab_size - 1
+
+
+@pytest.mark.parametrize(
+    "overrides,field,allowed",
+    [
+        (dict(target_layer_ids=[1, 8]), "target_layer_ids", "[0, 7]"),
+        (dict(target_layer_ids=[-1]), "target_layer_ids", "[0, 7]"),
+        (dict(block_size=1), "block_size", ">= 2"),
+        (dict(rope="yarn"), "rope", "full, partial, interleaved, none"),
+        (dict(attention="mha"), "attention", "qwen3, ling3_mla"),
+        (dict(arch="medusa"), "arch", "dspark, dflash, eagle3"),
+        (dict(sequential_head="lstm"), "sequential_head", "markov, rnn, none"),
+        (dict(hidden_size=48), "hidden_size", "target hidden size 32"),
+        (dict(mask_token_id=97), "mask_token_id", "[0, 96]"),
+        (dict(arch="dflash"), "sequential_head", "'none' for arch=dflash"),
+        (dict(num_key_value_heads=3), "num_key_value_heads", "divisor"),
+        (dict(sliding_window=2), "sliding_window", ">= block_size"),
+        (dict(loss=LossConfig(divergence="js")), "loss.divergence", "tv, forward_kl"),
+    ],
+)
+def test_bad_configuration_names_field_and_allowed_values(overrides, field, allowed):
+    with pytest.raises(ValueError) as err:
+        DraftConfig(**overrides).resolve(tiny_target())
+    assert f"draft.{field}=" in str(err.value) and allowed in str(err.value)
+
+
+def test_target_hidden_size_not_matching_the_fusion_layer_is_refused():
+    draft = tiny_draft("dspark")  # fusion layer expects 3 target layers x 32
+    sample = random_sample(20, num_features=2)  # a target capturing 2 layers
+    batch = pack_sequences([sample], num_anchors=3, block_size=4, num_slots=4, mask_token_id=0, seed=0)
+    with pytest.raises(ValueError, match=r"len\(target_layer_ids\)=3 x hidden_size=32"):
+        draft(batch)
+
+
+def test_head_of_another_width_is_refused():
+    head = tiny_head()
+    wide = type(head)(torch.zeros(97, 48), torch.zeros(97, 48))
+    with pytest.raises(ValueError, match="hidden_size"):
+        build_draft(tiny_config(), tiny_target(), wide)
+
+
+def _keys(d, prefix=""):
+    out = set()
+    for k, v in d.items():
+        out.add(prefix + k)
+        if isinstance(v, dict):
+            out |= _keys(v, prefix + k + ".")
+    return out
+
+
+def _fields(cls, prefix=""):
+    out = set()
+    for f in dataclasses.fields(cls):
+        out.add(prefix + f.name)
+        if dataclasses.is_dataclass(f.default_factory if f.default_factory is not dataclasses.MISSING else None):
+            out |= _fields(f.default_factory, prefix + f.name + ".")
+    return out
+
+
+@pytest.mark.parametrize("name", ["dspark", "dflash", "eagle3"])
+def test_draft_yaml_mirrors_the_dataclass_and_resolves(name):
+    data = yaml.safe_load((CONF / "draft" / f"{name}.yaml").read_text())
+    assert _keys(data) == _fields(DraftConfig)
+    cfg = load_dataclass(DraftConfig, data, "draft")
+    assert cfg.arch == name
+    cfg.resolve(tiny_target())
+
+
+def test_default_yaml_equals_dataclass_defaults():
+    data = yaml.safe_load((CONF / "draft" / "dspark.yaml").read_text())
+    assert load_dataclass(DraftConfig, data, "draft") == DraftConfig()
+
+
+def test_unknown_config_key_is_named():
+    with pytest.raises(ValueError, match=r"draft\.rope_scaling"):
+        load_dataclass(DraftConfig, {"rope_scaling": 2.0}, "draft")
+    with pytest.raises(ValueError, match=r"draft\.loss\.tv_weight"):
+        load_dataclass(DraftConfig, {"loss": {"tv_weight": 1.0}}, "draft")
+
+
+def test_target_spec_from_real_hf_configs():
+    llama = LlamaConfig(hidden_size=64, num_hidden_layers=6, num_attention_heads=4, num_key_value_heads=2,
+                        intermediate_size=128, vocab_size=300, tie_word_embeddings=True)
+    spec = TargetSpec.from_hf_config(llama)
+    assert (spec.hidden_size, spec.num_layers, spec.head_dim, spec.tie_word_embeddings) == (64, 6, 16, True)
+    ling = TargetSpec.from_hf_config(BailingHybridConfig())
+    assert (ling.hidden_size, ling.num_layers, ling.vocab_size) == (2560, 42, 157184)
+    assert (ling.kv_lora_rank, ling.qk_rope_head_dim, ling.rope_theta) == (512, 64, 6e6)
+    mla = DraftConfig(attention="ling3_mla", num_layers=1).resolve(ling)
+    assert (mla.kv_lora_rank, mla.qk_nope_head_dim, mla.v_head_dim) == (512, 128, 128)
+
+
+@pytest.mark.parametrize("shape", ["smollm2_135m", "ling3_flash"])
+def test_target_shape_presets_load(shape):
+    data = yaml.safe_load((CONF / "target_shape" / f"{shape}.yaml").read_text())
+    spec = load_dataclass(TargetSpec, data, "target_shape")
+    DraftConfig().resolve(spec)

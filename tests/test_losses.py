@@ -1,0 +1,145 @@
+"""Loss identities on hand-built distributions, gradient routing, frozen target weights."""
+
+import math
+
+import pytest
+import torch
+
+from conftest import random_sample, tiny_draft
+from draft_models import DraftOutput, FrozenTargetHead, LossConfig, distillation_loss, pack_sequences
+from draft_models.packing import PackedBatch, TokenIndex
+
+
+def hand_batch(p_draft, p_target, labels):
+    """An identity LM head makes logits == hidden, so hidden = log p builds exact distributions."""
+    n, g, v = p_draft.shape
+    head = FrozenTargetHead(torch.eye(v), torch.eye(v))
+    empty = torch.zeros(0, dtype=torch.long)
+    batch = PackedBatch(
+        ctx_features=torch.zeros(0, v), ctx_input_ids=empty, ctx_index=TokenIndex(empty, empty, empty, empty),
+        block_input_ids=torch.zeros(n, g, dtype=torch.long), block_seq=torch.zeros(n, dtype=torch.long),
+        block_anchor=torch.ones(n, dtype=torch.long), anchor_ctx_row=torch.zeros(n, dtype=torch.long),
+        prev_tokens=torch.zeros(n, g, dtype=torch.long), labels=labels,
+        label_mask=torch.ones(n, g, dtype=torch.bool), target_hidden=p_target.log(),
+    )
+    return head, batch
+
+
+P_D = torch.tensor([[[0.5, 0.3, 0.2], [0.1, 0.1, 0.8]]])
+P_T = torch.tensor([[[0.2, 0.3, 0.5], [0.1, 0.1, 0.8]]])
+LABELS = torch.tensor([[0, 2]])
+
+
+def test_tv_cstar_ce_and_bce_match_hand_computation():
+    head, batch = hand_batch(P_D, P_T, LABELS)
+    conf_logit = torch.tensor([[0.0, math.log(4.0)]])  # c = 0.5 and 0.8
+    out = DraftOutput(hidden=P_D.log(), confidence_logit=conf_logit)
+    cfg = LossConfig(position_decay=4.0)
+    res = distillation_loss(out, batch, head, cfg)
+    # position 0: L1 = 0.6, c* = 0.7; position 1: identical distributions, L1 = 0, c* = 1.
+    assert res.c_star == pytest.approx([0.7, 1.0], abs=1e-6)
+    assert res.top1 == [0.0, 1.0]
+    w = torch.tensor([1.0, math.exp(-1 / 4)])
+    ce = torch.tensor([-math.log(0.5), -math.log(0.8)])
+    tv = torch.tensor([0.6, 0.0])
+    bce = torch.tensor([-(0.7 * math.log(0.5) + 0.3 * math.log(0.5)), -math.log(0.8)])
+    wm = lambda t: float((w * t).sum() / w.sum())  # noqa: E731
+    assert res.parts["ce"] == pytest.approx(wm(ce), abs=1e-6)
+    assert res.parts["distill"] == pytest.approx(wm(tv), abs=1e-6)
+    assert res.parts["conf"] == pytest.approx(wm(bce), abs=1e-6)
+    assert res.loss.item() == pytest.approx(0.1 * wm(ce) + 0.9 * wm(tv) + 1.0 * wm(bce), abs=1e-6)
+    assert res.confidence == pytest.approx([0.5, 0.8], abs=1e-6)
+
+
+def test_forward_kl_option():
+    head, batch = hand_batch(P_D, P_T, LABELS)
+    res = distillation_loss(DraftOutput(hidden=P_D.log()), batch, head, LossConfig(divergence="forward_kl"))
+    kl0 = sum(t * math.log(t / d) for t, d in zip([0.2, 0.3, 0.5], [0.5, 0.3, 0.2]))
+    w1 = math.exp(-1 / 4)
+    assert res.parts["distill"] == pytest.approx(kl0 / (1 + w1), abs=1e-6)
+
+
+def test_confidence_label_carries_no_gradient():
+    head, batch = hand_batch(P_D, P_T, LABELS)
+    hidden = P_D.log().clone().requires_grad_(True)
+    conf_logit = torch.zeros(1, 2, requires_grad=True)
+    cfg = LossConfig(ce_weight=0.0, distill_weight=0.0, confidence_weight=1.0)
+    distillation_loss(DraftOutput(hidden=hidden, confidence_logit=conf_logit), batch, head, cfg).loss.backward()
+    assert hidden.grad is None or torch.count_nonzero(hidden.grad) == 0  # c* is a constant label
+    w = torch.tensor([1.0, math.exp(-1 / 4)])
+    expected = (torch.sigmoid(conf_logit.detach()) - torch.tensor([0.7, 1.0])) * w / w.sum()
+    torch.testing.assert_close(conf_logit.grad, expected)
+
+
+def test_masked_positions_do_not_count():
+    head, batch = hand_batch(P_D, P_T, LABELS)
+    batch.label_mask[0, 1] = False
+    res = distillation_loss(DraftOutput(hidden=P_D.log()), batch, head, LossConfig())
+    assert res.count == [1, 0]
+    assert res.parts["distill"] == pytest.approx(0.6, abs=1e-6)
+
+
+def _train_batch(model):
+    samples = [random_sample(40, seed=1), random_sample(33, seed=2)]
+    return pack_sequences(samples, num_anchors=6, block_size=model.cfg.block_size, num_slots=model.cfg.num_slots,
+                          mask_token_id=model.cfg.mask_token_id, seed=0)
+
+
+def _loss(model, batch, chunk_rows=256):
+    out = model(batch)
+    w2 = model.markov_head.markov_w2.weight if model.sequential_head is not None else None
+    cfg = LossConfig(**{**vars(model.cfg.loss), "chunk_rows": chunk_rows})
+    return distillation_loss(out, batch, model.target_head, cfg, w2)
+
+
+def test_chunking_does_not_change_loss_or_gradients():
+    model = tiny_draft("dspark_rnn")
+    with torch.no_grad():  # a non-zero Markov projection so the bias path is exercised
+        model.markov_head.markov_w2.weight.normal_(0, 0.1)
+    batch = _train_batch(model)
+    grads = []
+    for rows in (1, 7, 10_000):
+        model.zero_grad()
+        res = _loss(model, batch, rows)
+        res.loss.backward()
+        grads.append((res.loss.item(), [p.grad.clone() for p in model.parameters()]))
+    for loss, g in grads[1:]:
+        assert loss == pytest.approx(grads[0][0], rel=1e-6)
+        for a, b in zip(g, grads[0][1]):
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("variant", ["dspark", "dspark_rnn", "dspark_mla", "dflash", "eagle3"])
+def test_gradients_reach_only_trainable_parameters_and_target_head_stays_frozen(variant):
+    model = tiny_draft(variant)
+    head = model.target_head
+    embed_before, lm_before = head.embed_weight.clone(), head.lm_head_weight.clone()
+    names = {n for n, _ in model.named_parameters()}
+    assert not any("embed" in n or "lm_head" in n for n in names)
+    assert not any("embed" in k or "lm_head" in k for k in model.state_dict())
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    res = _loss(model, _train_batch(model))
+    res.loss.backward()
+    for n, p in model.named_parameters():
+        assert p.grad is not None, f"{n} got no gradient"
+    assert head.embed_weight.grad is None and head.lm_head_weight.grad is None
+    opt.step()
+    torch.testing.assert_close(head.embed_weight, embed_before, rtol=0, atol=0)
+    torch.testing.assert_close(head.lm_head_weight, lm_before, rtol=0, atol=0)
+    moved = [n for n, p in model.named_parameters() if not torch.equal(p, before[n])]
+    assert len(moved) > 0.9 * len(before)
+
+
+def test_training_reduces_the_loss():
+    model = tiny_draft("dspark")
+    batch = _train_batch(model)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    first = None
+    for _ in range(40):
+        opt.zero_grad()
+        res = _loss(model, batch)
+        res.loss.backward()
+        opt.step()
+        first = first if first is not None else res.loss.item()
+    assert res.loss.item() < 0.8 * first

@@ -1,0 +1,37 @@
+"""The project's promises to a new user: two set-up commands, CI runs the README's test command."""
+
+import importlib
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def setup_commands():
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## Set up", 1)[1].split("\n## ", 1)[0]
+    return [block.strip() for block in re.findall(r"```bash\n(.*?)```", section, flags=re.S)]
+
+
+def test_readme_has_exactly_two_setup_commands_and_ci_runs_the_test_one():
+    commands = setup_commands()
+    assert len(commands) == 2 and all("\n" not in c for c in commands)
+    ci = (ROOT / ".ci" / "run").read_text().splitlines()
+    assert commands[1] in ci, "the last README command must appear verbatim in .ci/run"
+    assert ci[-1] == commands[1]
+
+
+def test_packages_import():
+    for name in ("draft_models", "splitserve", "serving"):
+        importlib.import_module(name)
+
+
+def test_main_command_prints_the_default_draft_summary(tmp_path):
+    # The README's first command minus the install steps, run as a user would.
+    main = setup_commands()[0].split("&&")[-1].strip().replace(".venv/bin/python", sys.executable)
+    out = subprocess.run(main + f" hydra.run.dir={tmp_path}", shell=True, cwd=ROOT, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert '"arch": "dspark"' in out.stdout and '"draft_parameters"' in out.stdout

@@ -1,0 +1,55 @@
+"""Sequential Temperature Scaling on synthetic over-confident scores."""
+
+import pytest
+import torch
+
+from draft_models import fit_sts
+from draft_models.sts import expected_calibration_error, prefix_labels, roc_auc, survival
+
+
+def synthetic(n=20000, gamma=4, overconfidence=3.0, seed=0):
+    """True per-slot acceptance q ~ U(0.2, 0.95); the head reports logit(q) * overconfidence."""
+    g = torch.Generator().manual_seed(seed)
+    q = 0.2 + 0.75 * torch.rand(n, gamma, generator=g)
+    accept = torch.rand(n, gamma, generator=g) < q
+    num_accepted = torch.cumprod(accept.long(), 1).sum(1)
+    return torch.logit(q) * overconfidence, num_accepted
+
+
+def test_sts_lowers_ece_and_preserves_order():
+    logits, accepted = synthetic()
+    res = fit_sts(logits, accepted)
+    assert len(res.temperatures) == 4
+    for k in range(4):
+        assert res.ece_after[k] < res.ece_before[k], k
+        assert res.temperatures[k] > 1.0  # over-confident logits get softened
+    assert max(res.ece_after) < 0.02 < min(res.ece_before)
+    # order of every per-slot confidence is preserved, so is the AUC of the first position
+    temps = torch.tensor(res.temperatures)
+    for k in range(4):
+        calibrated = torch.sigmoid(logits[:, k].double() / temps[k].double())
+        assert torch.equal(torch.argsort(calibrated, stable=True), torch.argsort(logits[:, k], stable=True))
+    assert res.auc_after[0] == pytest.approx(res.auc_before[0], abs=1e-12)
+    assert set(res.sglang_json()) == {"temperatures", "dataset", "num_samples", "ece_before", "ece_after"}
+
+
+def test_well_calibrated_scores_keep_temperature_near_one():
+    logits, accepted = synthetic(overconfidence=1.0, seed=1)
+    res = fit_sts(logits, accepted)
+    assert all(0.8 < t < 1.25 for t in res.temperatures)
+
+
+def test_metric_hand_cases():
+    assert expected_calibration_error(torch.tensor([0.9, 0.9]), torch.tensor([1.0, 0.0]), 10) == pytest.approx(0.4)
+    assert roc_auc(torch.tensor([0.1, 0.4, 0.35, 0.8]), torch.tensor([0, 0, 1, 1])) == pytest.approx(0.75)
+    assert roc_auc(torch.tensor([0.5, 0.5]), torch.tensor([0, 1])) == pytest.approx(0.5)
+    assert prefix_labels(torch.tensor([0, 2]), 3).tolist() == [[0, 0, 0], [1, 1, 0]]
+    a = survival(torch.zeros(1, 3), torch.ones(3))
+    torch.testing.assert_close(a, torch.tensor([[0.5, 0.25, 0.125]], dtype=torch.float64))
+
+
+def test_bad_inputs_are_refused():
+    with pytest.raises(ValueError, match="logits"):
+        fit_sts(torch.zeros(5), torch.zeros(5))
+    with pytest.raises(ValueError, match="num_accepted must lie"):
+        fit_sts(torch.zeros(2, 3), torch.tensor([0, 4]))
