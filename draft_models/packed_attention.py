@@ -125,8 +125,10 @@ def _flex(q, k, v, q_index, k_index, scale, window, block_causal):
             tuple(f[qi] for f in qf), tuple(f[ki] for f in kf), window, block_causal
         )
 
+    # _compile evaluates the rule tile by tile: a packed batch of many long sequences never
+    # materialises its dense [Q, K] mask, even while the BlockMask is built.
     block_mask = create_block_mask(
-        mask_mod, None, None, q.shape[0], k.shape[0], device=q.device
+        mask_mod, None, None, q.shape[0], k.shape[0], device=q.device, _compile=q.is_cuda
     )
     attend = flex_attention
     if q.is_cuda:

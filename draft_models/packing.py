@@ -192,6 +192,6 @@ def pack_sequences(
     sample_ids = list(range(len(samples))) if sample_ids is None else list(sample_ids)
     anchors = []
     for sid, s in zip(sample_ids, samples):
-        g = torch.Generator().manual_seed(hash((int(seed), int(sid))) & 0x7FFF_FFFF_FFFF_FFFF)
+        g = torch.Generator().manual_seed((int(seed) * 0x9E37_79B9 + int(sid)) % (1 << 63))
         anchors.append(sample_anchors(s.loss_mask.cpu(), num_anchors, g))
     return pack_blocks(samples, anchors, block_size=block_size, num_slots=num_slots, mask_token_id=mask_token_id)

@@ -94,6 +94,7 @@ def main() -> None:
     ap.add_argument("--num-layers", type=int, default=2)
     ap.add_argument("--lengths", type=int, nargs="+", default=[1024, 4096, 16384])
     ap.add_argument("--anchors", type=int, default=512)
+    ap.add_argument("--sequences", type=int, default=1, help="sequences of that length packed per batch")
     ap.add_argument("--block-size", type=int, default=7)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--backend", default="auto", choices=["auto", "flex", "sdpa"])
@@ -114,7 +115,8 @@ def main() -> None:
         "device": torch.cuda.get_device_name() if device.type == "cuda" else platform.processor() or "cpu",
         "torch": torch.__version__, "dtype": str(dtype), "target_shape": args.target_shape,
         "draft_parameters": model.trainable_parameter_count(), "anchors": args.anchors,
-        "block_size": args.block_size, "backend": args.backend, "runs": [],
+        "block_size": args.block_size, "sequences_per_batch": args.sequences, "backend": args.backend,
+        "runs": [],
     }
     if args.check:
         if device.type != "cuda":
@@ -126,8 +128,9 @@ def main() -> None:
         report["backend_check"] = check_backends(model32, b)
         print("backend check", report["backend_check"], flush=True)
     for length in args.lengths:
-        s = make_sample(length, nfeat, target.hidden_size, target.vocab_size, device, dtype, 0)
-        batch = pack_sequences([s], num_anchors=args.anchors, block_size=args.block_size,
+        seqs = [make_sample(length, nfeat, target.hidden_size, target.vocab_size, device, dtype, i)
+                for i in range(args.sequences)]
+        batch = pack_sequences(seqs, num_anchors=args.anchors, block_size=args.block_size,
                                num_slots=model.cfg.num_slots, mask_token_id=model.cfg.mask_token_id,
                                seed=0).to(device)
         seconds, peak = measure(model, batch, args.backend, device, args.repeats)
