@@ -1,4 +1,5 @@
 """SplitServe trainer and runtime: split a node into target workers and DeepSpeed draft trainers.
 
-The trainer lands with issue 3; today this package holds nothing but its place in the layout.
+Built so far: the target side (embedded target, hidden-state capture, loss masks). The trainer
+itself lands with issue 3.
 """

@@ -35,3 +35,11 @@ def test_main_command_prints_the_default_draft_summary(tmp_path):
                          timeout=120)
     assert out.returncode == 0, out.stderr
     assert '"arch": "dspark"' in out.stdout and '"draft_parameters"' in out.stdout
+
+
+def test_ci_installs_what_the_readme_setup_command_installs():
+    ci = (ROOT / ".ci" / "run").read_text().replace("--quiet ", "")
+    for step in setup_commands()[0].split("&&"):
+        step = step.strip()
+        if "pip install" in step:
+            assert step in ci, f"README step missing from .ci/run: {step}"

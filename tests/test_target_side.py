@@ -1,0 +1,87 @@
+"""Target side: the embedded SmolLM2 target, hidden-state capture, assistant-only loss masks."""
+
+import json
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig
+
+from splitserve.capture import capture_states, target_sample
+from splitserve.chat import render_with_loss_mask
+from splitserve.embedded_target import MARKER, ensure_smollm2, smollm2_gguf
+
+
+@pytest.fixture(scope="session")
+def smol_dir(tmp_path_factory):
+    return ensure_smollm2(tmp_path_factory.mktemp("cache"))
+
+
+def test_smollm2_converts_once_and_generates_like_the_gguf(smol_dir, tmp_path_factory):
+    tok = AutoTokenizer.from_pretrained(smol_dir)
+    model = AutoModelForCausalLM.from_pretrained(smol_dir, dtype=torch.float32).eval()
+    assert model.config.num_hidden_layers == 30 and model.config.vocab_size == 49152
+    prompt = tok.apply_chat_template([{"role": "user", "content": "What is the capital of France?"}],
+                                     add_generation_prompt=True, return_tensors="pt", return_dict=True)["input_ids"]
+    out = model.generate(prompt, max_new_tokens=12, do_sample=False)
+    text = tok.decode(out[0, prompt.shape[1]:], skip_special_tokens=True)
+    assert "Paris" in text
+    gguf = smollm2_gguf()
+    reference = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32).eval()
+    torch.testing.assert_close(model(prompt).logits, reference(prompt).logits, rtol=0, atol=0)
+    marker = json.loads((smol_dir / MARKER).read_text())
+    assert marker["bytes"] == gguf.stat().st_size
+    mtime = (smol_dir / MARKER).stat().st_mtime
+    assert ensure_smollm2(smol_dir.parent) == smol_dir and (smol_dir / MARKER).stat().st_mtime == mtime  # cached
+
+
+def test_an_interrupted_conversion_is_redone(tmp_path):
+    dest = tmp_path / "smollm2-135m-instruct-float32"
+    dest.mkdir()
+    (dest / "config.json").write_text("{")  # a conversion that died before its marker
+    assert ensure_smollm2(tmp_path) == dest
+    assert (dest / MARKER).is_file() and json.loads((dest / "config.json").read_text())["model_type"] == "llama"
+
+
+def test_assistant_only_loss_mask_on_the_real_chat_template(smol_dir):
+    tok = AutoTokenizer.from_pretrained(smol_dir)
+    messages = [
+        {"role": "user", "content": "Add 2 and 3."},
+        {"role": "assistant", "content": "2 + 3 = 5."},
+        {"role": "user", "content": "Times 4?"},
+        {"role": "assistant", "content": "5 x 4 = 20."},
+    ]
+    ids, mask = render_with_loss_mask(tok, messages)
+    spans = []
+    for t in range(len(ids)):
+        if mask[t] and (t == 0 or not mask[t - 1]):
+            start = t
+        if mask[t] and (t == len(ids) - 1 or not mask[t + 1]):
+            spans.append(tok.decode(ids[start : t + 1]))
+    assert [s.strip() for s in spans] == ["2 + 3 = 5.<|im_end|>", "5 x 4 = 20.<|im_end|>"]
+    assert "Add 2 and 3." in tok.decode(ids[~mask])
+    with pytest.raises(ValueError, match="assistant turn"):
+        render_with_loss_mask(tok, messages[:1])
+
+
+def tiny_llama():
+    torch.manual_seed(0)
+    cfg = LlamaConfig(hidden_size=32, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
+                      intermediate_size=64, vocab_size=100)
+    return AutoModelForCausalLM.from_config(cfg).eval()
+
+
+def test_capture_returns_layer_outputs_and_the_lm_head_input():
+    model = tiny_llama()
+    ids = torch.randint(0, 100, (17,))
+    sample = target_sample(model, ids, torch.ones(17), [0, 2, 3])
+    with torch.no_grad():
+        ref = model(ids[None], output_hidden_states=True)
+    hs = ref.hidden_states
+    torch.testing.assert_close(sample.aux_hidden[:, :32], hs[1][0])
+    torch.testing.assert_close(sample.aux_hidden[:, 32:64], hs[3][0])
+    # the last layer's *own* output (pre-norm), not output_hidden_states' normed stand-in
+    torch.testing.assert_close(model.model.norm(sample.aux_hidden[:, 64:]), hs[4][0])
+    torch.testing.assert_close(model.lm_head(sample.final_hidden), ref.logits[0], rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match=r"\[4\] outside \[0, 3\]"):
+        with capture_states(model, [1, 4]):
+            pass
