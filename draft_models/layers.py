@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .config import DraftConfig
-from .packed_attention import TokenIndex, packed_attention
+from .packed_attention import AttentionPlan, TokenIndex
 from .rope import Rotary
 
 
@@ -109,29 +109,14 @@ class InjectedDecoderLayer(nn.Module):
         self.self_attn = build_attention(cfg)
         self.post_attention_layernorm = nn.RMSNorm(cfg.hidden_size, eps=cfg.rms_norm_eps)
         self.mlp = MLP(cfg.hidden_size, cfg.intermediate_size)
-        self.window = cfg.sliding_window
 
-    def forward(
-        self,
-        x: torch.Tensor,
-        x_index: TokenIndex,
-        ctx: torch.Tensor,
-        ctx_index: TokenIndex,
-        backend: str = "auto",
-    ) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, x_index: TokenIndex, ctx: torch.Tensor, ctx_index: TokenIndex,
+                plan: AttentionPlan) -> torch.Tensor:
+        """`plan` covers queries `x_index` against keys `ctx_index` followed by `x_index`."""
         attn = self.self_attn
         ctx_k, ctx_v = attn.kv(ctx, ctx_index.pos)
         normed = self.input_layernorm(x)
         blk_k, blk_v = attn.kv(normed, x_index.pos)
-        o = packed_attention(
-            attn.q(normed, x_index.pos),
-            torch.cat((ctx_k, blk_k)),
-            torch.cat((ctx_v, blk_v)),
-            x_index,
-            ctx_index.cat(x_index),
-            scale=attn.scale,
-            window=self.window,
-            backend=backend,
-        )
+        o = plan(attn.q(normed, x_index.pos), torch.cat((ctx_k, blk_k)), torch.cat((ctx_v, blk_v)), attn.scale)
         x = x + attn.out(o, normed)
         return x + self.mlp(self.post_attention_layernorm(x))

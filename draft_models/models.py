@@ -16,7 +16,7 @@ from torch import nn
 from .config import DraftConfig, TargetSpec
 from .heads import SEQUENTIAL_HEAD_CLASSES, ConfidenceHead, FrozenTargetHead
 from .layers import InjectedDecoderLayer, MLP, Qwen3Attention
-from .packed_attention import TokenIndex, packed_attention
+from .packed_attention import AttentionPlan, TokenIndex
 from .packing import PackedBatch
 
 
@@ -103,8 +103,9 @@ class DSparkDraft(DraftModel):
         """Block token ids [N, S] -> final normed hidden [N, S, H]."""
         n, s = block_ids.shape
         x = self.target_head.embed(block_ids.reshape(-1)).to(self.fc.weight.dtype)
+        plan = AttentionPlan(block_index, ctx_index.cat(block_index), window=self.cfg.sliding_window, backend=backend)
         for layer in self.layers:
-            x = layer(x, block_index, ctx, ctx_index, backend)
+            x = layer(x, block_index, ctx, ctx_index, plan)
         return self.norm(x).view(n, s, -1)
 
     def heads(self, hidden: torch.Tensor, prev_tokens: torch.Tensor) -> DraftOutput:
@@ -158,10 +159,9 @@ class Eagle3Draft(DraftModel):
         x = self._layer_input(token_ids, feature)
         k, v = self.self_attn.kv(x, q_index.pos)
         keys, values = torch.cat((keys, k)), torch.cat((values, v))
-        o = packed_attention(
-            self.self_attn.q(x, q_index.pos), keys, values, q_index, k_index.cat(q_index),
-            scale=self.self_attn.scale, window=self.cfg.sliding_window, block_causal=True, backend=backend,
-        )
+        plan = AttentionPlan(q_index, k_index.cat(q_index), window=self.cfg.sliding_window, block_causal=True,
+                             backend=backend)
+        o = plan(self.self_attn.q(x, q_index.pos), keys, values, self.self_attn.scale)
         g = feature + self.self_attn.out(o, x)
         g = g + self.mlp(self.post_attention_layernorm(g))
         return g, self.norm(g), keys, values

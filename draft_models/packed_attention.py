@@ -16,7 +16,8 @@ sees (sum over blocks of anchor position + block size) and no [Q, K] tensor is e
 Flex is fast only when compiled, which is what we do on GPU. On CPU (tests, the embedded recipe)
 the **sdpa** backend evaluates the same rule one sequence at a time with a dense boolean mask,
 which bounds memory by the largest sequence's (blocks x block size) x (context + blocks) and
-never forms cross-sequence pairs. Both backends share `allowed_pairs`, and a test checks they agree.
+never forms cross-sequence pairs. Both backends share `allowed_pairs`, and a test checks they agree. An `AttentionPlan` builds
+the masks once per forward; every layer reuses them.
 """
 
 from __future__ import annotations
@@ -65,40 +66,51 @@ def allowed_pairs(q, k, window: Optional[int], block_causal: bool):
     return context | own_block
 
 
-def packed_attention(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    q_index: TokenIndex,
-    k_index: TokenIndex,
-    *,
-    scale: float,
-    window: Optional[int] = None,
-    block_causal: bool = False,
-    backend: str = "auto",
-) -> torch.Tensor:
-    """q: [Q, Hq, D], k: [K, Hkv, D], v: [K, Hkv, Dv] -> [Q, Hq, Dv] (GQA when Hq > Hkv)."""
-    if backend == "auto":
-        backend = "flex" if q.is_cuda else "sdpa"
-    if backend == "flex":
-        return _flex(q, k, v, q_index, k_index, scale, window, block_causal)
-    if backend == "sdpa":
-        return _sdpa_per_sequence(q, k, v, q_index, k_index, scale, window, block_causal)
-    raise ValueError(f"unknown attention backend {backend!r}; allowed: auto, flex, sdpa")
+class AttentionPlan:
+    """The keys every query may see, prepared once and shared by all layers of a forward: the
+    per-sequence dense masks (sdpa) or the BlockMask (flex) are built on first use, not per layer."""
+
+    def __init__(self, q_index: TokenIndex, k_index: TokenIndex, *, window: Optional[int] = None,
+                 block_causal: bool = False, backend: str = "auto") -> None:
+        if backend == "auto":
+            backend = "flex" if q_index.seq.is_cuda else "sdpa"
+        if backend not in ("flex", "sdpa"):
+            raise ValueError(f"unknown attention backend {backend!r}; allowed: auto, flex, sdpa")
+        self.q_index, self.k_index = q_index, k_index
+        self.window, self.block_causal, self.backend = window, block_causal, backend
+        self._prepared = None
+
+    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
+        """q: [Q, Hq, D], k: [K, Hkv, D], v: [K, Hkv, Dv] -> [Q, Hq, Dv] (GQA when Hq > Hkv)."""
+        if self.backend == "flex":
+            if self._prepared is None:
+                self._prepared = _flex_block_mask(self, q.shape[0], k.shape[0], q.device)
+            return _flex(q, k, v, self._prepared, scale)
+        if self._prepared is None:
+            self._prepared = _sequence_masks(self)
+        return _sdpa_per_sequence(q, k, v, self._prepared, scale)
 
 
-def _sdpa_per_sequence(q, k, v, q_index, k_index, scale, window, block_causal):
+def _sequence_masks(plan: AttentionPlan):
+    """[(query rows, key rows, dense mask)] per sequence: cross-sequence pairs are never formed."""
+    out = []
+    for s in torch.unique(plan.q_index.seq).tolist():
+        qi = torch.nonzero(plan.q_index.seq == s).squeeze(1)
+        ki = torch.nonzero(plan.k_index.seq == s).squeeze(1)
+        mask = allowed_pairs(
+            tuple(f[qi, None] for f in plan.q_index.fields()),
+            tuple(f[None, ki] for f in plan.k_index.fields()),
+            plan.window,
+            plan.block_causal,
+        )
+        out.append((qi, ki, mask))
+    return out
+
+
+def _sdpa_per_sequence(q, k, v, masks, scale):
     out = q.new_empty(q.shape[0], q.shape[1], v.shape[-1])
     gqa = q.shape[1] != k.shape[1]
-    for s in torch.unique(q_index.seq).tolist():
-        qi = torch.nonzero(q_index.seq == s).squeeze(1)
-        ki = torch.nonzero(k_index.seq == s).squeeze(1)
-        mask = allowed_pairs(
-            tuple(f[qi, None] for f in q_index.fields()),
-            tuple(f[None, ki] for f in k_index.fields()),
-            window,
-            block_causal,
-        )
+    for qi, ki, mask in masks:
         o = F.scaled_dot_product_attention(
             q[qi].transpose(0, 1),
             k[ki].transpose(0, 1),
@@ -114,22 +126,23 @@ def _sdpa_per_sequence(q, k, v, q_index, k_index, scale, window, block_causal):
 _compiled_flex = None
 
 
-def _flex(q, k, v, q_index, k_index, scale, window, block_causal):
-    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+def _flex_block_mask(plan: AttentionPlan, q_len: int, k_len: int, device):
+    from torch.nn.attention.flex_attention import create_block_mask
 
-    global _compiled_flex
-    qf, kf = q_index.fields(), k_index.fields()
+    qf, kf = plan.q_index.fields(), plan.k_index.fields()
 
     def mask_mod(b, h, qi, ki):
-        return allowed_pairs(
-            tuple(f[qi] for f in qf), tuple(f[ki] for f in kf), window, block_causal
-        )
+        return allowed_pairs(tuple(f[qi] for f in qf), tuple(f[ki] for f in kf), plan.window, plan.block_causal)
 
     # _compile evaluates the rule tile by tile: a packed batch of many long sequences never
     # materialises its dense [Q, K] mask, even while the BlockMask is built.
-    block_mask = create_block_mask(
-        mask_mod, None, None, q.shape[0], k.shape[0], device=q.device, _compile=q.is_cuda
-    )
+    return create_block_mask(mask_mod, None, None, q_len, k_len, device=device, _compile=device.type == "cuda")
+
+
+def _flex(q, k, v, block_mask, scale):
+    from torch.nn.attention.flex_attention import flex_attention
+
+    global _compiled_flex
     attend = flex_attention
     if q.is_cuda:
         if _compiled_flex is None:
