@@ -21,4 +21,5 @@ def load_dataclass(cls: Type[T], node: Any, where: str) -> T:
         return OmegaConf.to_object(merged)
     except OmegaConfBaseException as exc:
         key = getattr(exc, "full_key", None) or "?"
-        raise ValueError(f"bad config {where}.{key}: {str(exc).splitlines()[0]}") from None
+        name = f"{where}.{key}" if where else key
+        raise ValueError(f"bad config key {name}: {str(exc).splitlines()[0]}") from None

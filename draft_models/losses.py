@@ -41,6 +41,9 @@ class LossResult:
     top1: list[float] = field(default_factory=list)  # argmax p_d == argmax p_t
     confidence: list[float] = field(default_factory=list)  # mean predicted c_k (if a head)
     count: list[int] = field(default_factory=list)
+    # Simulated accepted length from c*: mean over fully valid blocks of 1 + sum_k prod_{i<=k} c*_i
+    # (bonus token included); nan when no block has all gamma labels.
+    sim_tau: float = float("nan")
 
 
 def position_weights(gamma: int, decay: float, device=None) -> torch.Tensor:
@@ -124,8 +127,21 @@ def distillation_loss(
     return LossResult(
         loss=loss,
         parts={name: float(v) for name, v in zip(PARTS, means.detach())},
+        sim_tau=simulated_tau(rows, n, gamma, metrics[0]),
         **per_position_metrics(slot, gamma, metrics, conf_logit),
     )
+
+
+@torch.no_grad()
+def simulated_tau(rows, n, gamma, c_star) -> float:
+    """Expected accepted length if each draft slot survives with its analytic probability c*."""
+    grid = torch.full((n * gamma,), float("nan"), device=c_star.device)
+    grid[rows] = c_star.float()
+    grid = grid.view(n, gamma)
+    full = ~grid.isnan().any(1)
+    if not bool(full.any()):
+        return float("nan")
+    return float((1.0 + torch.cumprod(grid[full], 1).sum(1)).mean())
 
 
 @torch.no_grad()

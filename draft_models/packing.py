@@ -31,6 +31,9 @@ class SequenceSample:
     aux_hidden: torch.Tensor  # [L, m * H]: target layers' outputs, concatenated in target_layer_ids order
     final_hidden: torch.Tensor  # [L, H]: target's final normed hidden state (LM head input)
 
+    def to_device(self, device) -> "SequenceSample":
+        return SequenceSample(*(getattr(self, f.name).to(device) for f in fields(self)))
+
     def validate(self, name: str = "sample") -> None:
         length = self.input_ids.shape[0]
         if self.input_ids.dim() != 1:

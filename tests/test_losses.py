@@ -49,6 +49,7 @@ def test_tv_cstar_ce_and_bce_match_hand_computation():
     assert res.parts["conf"] == pytest.approx(wm(bce), abs=1e-6)
     assert res.loss.item() == pytest.approx(0.1 * wm(ce) + 0.9 * wm(tv) + 1.0 * wm(bce), abs=1e-6)
     assert res.confidence == pytest.approx([0.5, 0.8], abs=1e-6)
+    assert res.sim_tau == pytest.approx(1 + 0.7 + 0.7 * 1.0, abs=1e-6)
 
 
 def test_forward_kl_option():

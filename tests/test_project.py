@@ -28,13 +28,14 @@ def test_packages_import():
         importlib.import_module(name)
 
 
-def test_main_command_prints_the_default_draft_summary(tmp_path):
-    # The README's first command minus the install steps, run as a user would.
-    main = setup_commands()[0].split("&&")[-1].strip().replace(".venv/bin/python", sys.executable)
-    out = subprocess.run(main + f" hydra.run.dir={tmp_path}", shell=True, cwd=ROOT, capture_output=True, text=True,
-                         timeout=120)
+def test_main_command_is_the_trainer_on_the_embedded_default(tmp_path):
+    main = setup_commands()[0].split("&&")[-1].strip()
+    assert main == ".venv/bin/python -m splitserve.train"
+    # Compose its configuration exactly as that command does (Hydra's --cfg job prints, runs nothing).
+    out = subprocess.run([sys.executable, "-m", "splitserve.train", "--cfg", "job"], cwd=ROOT, capture_output=True,
+                         text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    assert '"arch": "dspark"' in out.stdout and '"draft_parameters"' in out.stdout
+    assert "recipe: smol" in out.stdout and "kind: smollm2" in out.stdout
 
 
 def test_ci_installs_what_the_readme_setup_command_installs():

@@ -85,3 +85,17 @@ def test_capture_returns_layer_outputs_and_the_lm_head_input():
     with pytest.raises(ValueError, match=r"\[4\] outside \[0, 3\]"):
         with capture_states(model, [1, 4]):
             pass
+
+
+@pytest.mark.parametrize("kind", ["smollm2", "ling3_mini"])
+def test_trainer_reads_exactly_the_targets_embedding_and_lm_head(kind, smol_dir):
+    from splitserve.config import TargetConfig
+    from splitserve.targets import load_frozen_head, prepare_target_dir
+
+    model_dir = prepare_target_dir(TargetConfig(kind=kind))
+    head = load_frozen_head(model_dir, "cpu", torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    torch.testing.assert_close(head.embed_weight, model.get_input_embeddings().weight, rtol=0, atol=0)
+    torch.testing.assert_close(head.lm_head_weight, model.get_output_embeddings().weight, rtol=0, atol=0)
+    tied = head.embed_weight.data_ptr() == head.lm_head_weight.data_ptr()
+    assert tied == (kind == "smollm2")

@@ -1,0 +1,63 @@
+"""Start the worker processes of one run on this node and watch them.
+
+The launcher spawns one process per target and trainer worker (or a single colocated one). If
+any worker dies (an error, or SIGKILL), the others are stopped and the launch fails with the
+worker's name and exit code; the newest complete checkpoint is untouched, so the same command
+resumes.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import socket
+import time
+
+from .workers import RunContext, colocated_main, target_main, trainer_main
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch(ctx: RunContext) -> None:
+    ctx.store_port = ctx.store_port or free_port()
+    ctx.trainer_port = ctx.trainer_port or free_port()
+    spawn = mp.get_context("spawn")
+    procs: list[tuple[str, mp.Process]] = []
+    if ctx.cfg.split.colocated:
+        procs.append(("colocated", spawn.Process(target=colocated_main, args=(ctx,), name="colocated")))
+    else:
+        t = ctx.topology
+        procs += [(f"target{i}", spawn.Process(target=target_main, args=(i, ctx), name=f"target{i}"))
+                  for i in range(t.num_targets)]
+        procs += [(f"trainer{r}", spawn.Process(target=trainer_main, args=(r, ctx), name=f"trainer{r}"))
+                  for r in range(t.num_trainers)]
+    for _, p in procs:
+        p.start()
+    _record_pids(ctx, {name: p.pid for name, p in procs})
+    try:
+        while True:
+            failed = [(n, p.exitcode) for n, p in procs if p.exitcode not in (None, 0)]
+            if failed:
+                raise RuntimeError(f"worker {failed[0][0]} exited with code {failed[0][1]}; stopped the others")
+            if all(p.exitcode == 0 for _, p in procs):
+                return
+            time.sleep(0.2)
+    finally:
+        for _, p in procs:
+            if p.is_alive():
+                p.terminate()
+        for _, p in procs:
+            p.join(timeout=10)
+            if p.is_alive():
+                p.kill()
+
+
+def _record_pids(ctx: RunContext, pids: dict) -> None:
+    import json
+    from pathlib import Path
+
+    path = Path(ctx.run_dir) / "workers.json"
+    path.write_text(json.dumps(pids))

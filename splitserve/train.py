@@ -1,0 +1,187 @@
+"""`python -m splitserve.train [+recipe=NAME] [overrides]`: online distillation of a draft.
+
+Everything that can be checked before a worker starts is checked first (config keys, target
+files, tokenizer against target, draft against target, every data record), so bad input fails in
+seconds with a message naming the problem, and a run directory this invocation created is
+removed again; a directory holding an earlier run's checkpoints or metrics is never touched.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+import hydra
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from . import checkpoint as ckpt
+from .config import RunConfig, load_run_config
+from .data import load_prompts
+from .targets import check_tokenizer, load_target_spec, prepare_target_dir
+from .topology import Topology
+
+
+
+def resolve_device(cfg: RunConfig) -> str:
+    if cfg.split.device != "auto":
+        if cfg.split.device == "cuda" and not torch.cuda.is_available():
+            raise ValueError("split.device=cuda but no CUDA device is visible")
+        return cfg.split.device
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def build_topology(cfg: RunConfig, device: str) -> Topology:
+    if cfg.split.colocated:
+        targets = trainers = 1
+    elif device == "cuda":
+        n = torch.cuda.device_count()
+        targets = cfg.split.target_procs or max(1, n // 2)
+        trainers = cfg.split.trainer_procs or max(1, n - targets)
+    else:
+        targets, trainers = cfg.split.target_procs or 1, cfg.split.trainer_procs or 1
+    return Topology(targets, trainers, cfg.train.micro_batch * cfg.train.grad_accum, cfg.data.eval_prompts)
+
+
+def _check_resume(ckpt_dir: Path, draft_json: dict) -> None:
+    saved = json.loads((ckpt_dir / "draft" / "draft_config.json").read_text())
+    if saved != draft_json:
+        diff = sorted(k for k in set(saved) | set(draft_json) if saved.get(k) != draft_json.get(k))
+        raise ValueError(f"checkpoint {ckpt_dir} was trained with a different draft config (fields {diff}); "
+                         "use a new train.run_dir or train.resume=false")
+
+
+def prepare(cfg: RunConfig, node: Any, run_dir: Path):
+    """All checks and preparation before any worker starts; returns the RunContext."""
+    from dataclasses import asdict
+
+    from .workers import RunContext
+
+    device = resolve_device(cfg)
+    model_dir = prepare_target_dir(cfg.target, seed=cfg.train.seed)
+    spec = load_target_spec(model_dir)
+    check_tokenizer(model_dir, spec)
+    draft = cfg.draft.resolve(spec)  # hidden size / layer ids / mask token against the target
+    prompts = load_prompts(cfg.data)
+    topology = build_topology(cfg, device)
+    resume_from, start = None, 0
+    if cfg.train.resume:
+        found = ckpt.latest_good(run_dir)
+        if found is not None:
+            _check_resume(found, json.loads(json.dumps(asdict(draft))))
+            resume_from, start = str(found), ckpt.step_of(found)
+    if start >= cfg.train.steps:
+        print(f"run already complete at step {start} (train.steps={cfg.train.steps})")
+    link = "nccl" if device == "cuda" and topology.num_targets + topology.num_trainers <= torch.cuda.device_count() else "gloo"
+    return RunContext(
+        cfg=cfg, config_yaml=OmegaConf.to_yaml(node, resolve=True), run_dir=str(run_dir), model_dir=str(model_dir),
+        topology=topology, train_prompts=prompts.train, eval_prompts=prompts.eval, start_step=start,
+        resume_from=resume_from, device=device, link_backend=link, target_layer_ids=draft.target_layer_ids,
+    )
+
+
+HYDRA_ONLY = {".hydra", "train.log", "main.log"}
+
+
+def _discard_if_fresh(run_dir: Path) -> None:
+    """Remove a run directory that holds nothing but what Hydra wrote for this invocation."""
+    if run_dir.is_dir() and all(p.name in HYDRA_ONLY for p in run_dir.iterdir()):
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def summarize(run_dir: Path) -> dict:
+    lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    steps = [x for x in lines if "event" not in x]
+    stats = {p.stem: json.loads(p.read_text()) for p in sorted((run_dir / "stats").glob("*.json"))}
+    last = steps[-1] if steps else {}
+    first = steps[0] if steps else {}
+    trainers = [v for k, v in stats.items() if k.startswith("trainer")]
+    targets = [v for k, v in stats.items() if k.startswith("target")]
+    out = {
+        "run_dir": str(run_dir), "steps": last.get("step"), "first_loss": first.get("loss"),
+        "last_loss": last.get("loss"), "sim_tau": last.get("sim_tau"), "eval_sim_tau": last.get("eval_sim_tau"),
+        "eval_loss": last.get("eval_loss"),
+        "trainer_data_wait_frac": (sum(t["wait_s"] for t in trainers) / max(sum(t["wall_s"] for t in trainers), 1e-9))
+        if trainers else None,
+        "target_credit_wait_frac": (sum(t["credit_wait_s"] for t in targets) / max(sum(t["wall_s"] for t in targets), 1e-9))
+        if targets else None,
+    }
+    checkpoints = sorted(ckpt.checkpoint_root(run_dir).glob("step-*"))
+    out["checkpoint"] = str(checkpoints[-1]) if checkpoints else None
+    return out
+
+
+def run(node: Any, run_dir: Optional[Path] = None) -> dict:
+    """Validate, prepare, train; returns the summary. `node`: the Hydra config (or a dict)."""
+    from .launch import launch
+
+    try:
+        cfg = load_run_config(node)
+        run_dir = Path(cfg.train.run_dir or run_dir or "outputs/run")
+        ctx = prepare(cfg, node, run_dir)
+    except BaseException:
+        if run_dir is not None:
+            _discard_if_fresh(Path(run_dir))
+        raise
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.yaml").write_text(ctx.config_yaml)
+    if launched_by_torchrun():
+        return run_as_torchrun_rank(ctx)
+    if ctx.start_step < cfg.train.steps:
+        launch(ctx)
+    summary = summarize(run_dir)
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
+    return summary
+
+
+def launched_by_torchrun() -> bool:
+    """torchrun (and launchers like it, e.g. deepspeed's) set RANK / WORLD_SIZE / MASTER_PORT."""
+    return all(k in os.environ for k in ("RANK", "WORLD_SIZE", "MASTER_PORT"))
+
+
+def run_as_torchrun_rank(ctx) -> dict:
+    """Under torchrun/deepspeed launchers each process takes one role: ranks 0..T-1 are target
+    workers, the rest trainers. The data-plane store and the trainer world use MASTER_PORT+1/+2."""
+    from .workers import colocated_main, target_main, trainer_main
+
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    t = ctx.topology
+    expected = 1 if ctx.cfg.split.colocated else t.num_targets + t.num_trainers
+    if world != expected:
+        raise ValueError(f"torchrun started {world} processes but split asks for {expected} "
+                         f"({t.num_targets} target + {t.num_trainers} trainer)")
+    if not ctx.cfg.train.run_dir:
+        raise ValueError("under torchrun set train.run_dir, so every process writes to the same run directory")
+    base = int(os.environ["MASTER_PORT"])
+    ctx.store_port, ctx.trainer_port = base + 1, base + 2
+    if ctx.start_step >= ctx.cfg.train.steps:
+        return {"rank": rank, "steps": ctx.start_step}
+    if ctx.cfg.split.colocated:
+        colocated_main(ctx)
+    elif rank < t.num_targets:
+        target_main(rank, ctx)
+    else:
+        trainer_main(rank - t.num_targets, ctx)
+    return {"rank": rank, "role": "target" if rank < t.num_targets else "trainer", "run_dir": ctx.run_dir}
+
+
+@hydra.main(config_path="../conf", config_name="config", version_base="1.3")
+def main(node: DictConfig) -> None:
+    from hydra.core.hydra_config import HydraConfig
+
+    run_dir = Path(HydraConfig.get().runtime.output_dir)
+    try:
+        summary = run(node, run_dir)
+    except (ValueError, FileNotFoundError) as exc:
+        _discard_if_fresh(run_dir)  # Hydra's own files may have landed after our cleanup
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    print(json.dumps(summary, indent=1))
+
+
+if __name__ == "__main__":
+    main()

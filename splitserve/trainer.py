@@ -1,0 +1,167 @@
+"""The trainer side: a DeepSpeed engine over the draft, one optimizer step per call.
+
+Each step takes B = micro_batch * grad_accum samples: micro-batches of `micro_batch` sequences
+are packed (anchors seeded by sample id), run through the draft, scored by the chunked loss
+with the frozen target head, and handed to DeepSpeed, which accumulates, clips, averages over
+the trainer group and steps the optimizer and the LR schedule.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from typing import Optional, Sequence
+
+import numpy as np
+import torch
+
+from draft_models import DraftConfig, FrozenTargetHead, SequenceSample, TargetSpec, build_draft
+from draft_models import distillation_loss, pack_sequences
+from draft_models.packing import anchor_candidates
+
+from .config import TrainConfig
+
+
+def lr_lambda(cfg: TrainConfig):
+    """Linear warm-up to lr, then cosine decay to lr * min_lr_ratio at the last step."""
+
+    def f(step: int) -> float:
+        if step < cfg.warmup_steps:
+            return (step + 1) / cfg.warmup_steps
+        progress = min(1.0, (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps))
+        return cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+
+    return f
+
+
+def deepspeed_config(cfg: TrainConfig, dp_world: int, on_gpu: bool) -> dict:
+    return {
+        "train_micro_batch_size_per_gpu": cfg.micro_batch,
+        "gradient_accumulation_steps": cfg.grad_accum,
+        "train_batch_size": cfg.micro_batch * cfg.grad_accum * dp_world,
+        "gradient_clipping": cfg.grad_clip,
+        "zero_optimization": {"stage": cfg.zero_stage},
+        "bf16": {"enabled": on_gpu},
+        "optimizer": {
+            "type": "AdamW",
+            # torch's AdamW on CPU; DeepSpeed's fused Adam on GPU
+            "params": {"lr": cfg.lr, "betas": [0.9, 0.95], "eps": 1e-8, "weight_decay": cfg.weight_decay,
+                       "torch_adam": not on_gpu},
+        },
+        "checkpoint": {"tag_validation": "Ignore"},
+        "steps_per_print": 1 << 30,
+        "wall_clock_breakdown": False,
+    }
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % (1 << 32))
+    torch.manual_seed(seed)
+
+
+class DraftTrainer:
+    def __init__(self, draft_cfg: DraftConfig, target: TargetSpec, head: FrozenTargetHead, cfg: TrainConfig, *,
+                 device: torch.device, dp_world: int, mpu=None) -> None:
+        import deepspeed
+
+        if cfg.zero_stage == 3:
+            raise ValueError("train.zero_stage=3 is not supported: the chunked loss reads markov_w2 directly; use 0-2")
+        self.cfg, self.device = cfg, device
+        seed_everything(cfg.seed)
+        draft = build_draft(draft_cfg, target, head)
+        self.draft_cfg = draft.cfg
+        self.engine, _, _, self.scheduler = deepspeed.initialize(
+            model=draft,
+            model_parameters=[p for p in draft.parameters() if p.requires_grad],
+            config=deepspeed_config(cfg, dp_world, device.type == "cuda"),
+            lr_scheduler=lambda opt: torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(cfg)),
+            mpu=mpu,
+            dist_init_required=False,
+        )
+        # DeepSpeed moved/cast the module; the frozen head follows it (it is not a parameter).
+        self.engine.module.target_head = head.to(device=device, dtype=next(self.engine.module.parameters()).dtype)
+        self.step = 0
+
+    @property
+    def draft(self):
+        return self.engine.module
+
+    def _zero_loss(self):
+        """A micro-batch with nothing to predict (every assistant token truncated away) still takes
+        part in the data-parallel gradient exchange, with zero gradients."""
+        return sum(p.sum() for p in self.draft.parameters()) * 0.0
+
+    def _loss(self, samples: Sequence[SequenceSample], sample_ids: Sequence[int]):
+        """(LossResult, PackedBatch), or (None, None) when no sample has a token to predict."""
+        keep = [i for i, s in enumerate(samples) if anchor_candidates(s.loss_mask).numel() > 0]
+        if not keep:
+            return None, None
+        samples, sample_ids = [samples[i] for i in keep], [sample_ids[i] for i in keep]
+        c = self.draft_cfg
+        batch = pack_sequences(samples, num_anchors=self.cfg.num_anchors, block_size=c.block_size,
+                               num_slots=c.num_slots, mask_token_id=c.mask_token_id, seed=self.cfg.seed,
+                               sample_ids=sample_ids)
+        batch = batch.to(self.device, dtype=next(self.draft.parameters()).dtype)
+        out = self.engine(batch)
+        w2 = self.draft.markov_head.markov_w2.weight if self.draft.sequential_head is not None else None
+        return distillation_loss(out, batch, self.draft.target_head, c.loss, w2), batch
+
+    def train_step(self, samples: Sequence[SequenceSample], sample_ids: Sequence[int]) -> dict:
+        """One optimizer step over B samples; returns this rank's metrics."""
+        b = self.cfg.micro_batch
+        if len(samples) != b * self.cfg.grad_accum:
+            raise ValueError(f"a step takes {b * self.cfg.grad_accum} samples, got {len(samples)}")
+        lr = self.scheduler.get_last_lr()[0]
+        totals = {"loss": 0.0, "ce": 0.0, "distill": 0.0, "conf": 0.0}
+        tokens = blocks = 0
+        c_star, top1, count, taus = None, None, None, []
+        empty = 0
+        for i in range(0, len(samples), b):
+            res, batch = self._loss(samples[i:i + b], sample_ids[i:i + b])
+            if res is None:
+                empty += 1
+                self.engine.backward(self._zero_loss())
+                self.engine.step()
+                continue
+            self.engine.backward(res.loss)
+            self.engine.step()
+            totals["loss"] += res.loss.item() / self.cfg.grad_accum
+            for k in ("ce", "distill", "conf"):
+                totals[k] += res.parts[k] / self.cfg.grad_accum
+            tokens += sum(int(s.input_ids.numel()) for s in samples[i:i + b])
+            blocks += batch.num_blocks
+            w = torch.tensor(res.count, dtype=torch.float64)
+            c_star = w * torch.tensor(res.c_star) + (0 if c_star is None else c_star)
+            top1 = w * torch.tensor(res.top1) + (0 if top1 is None else top1)
+            count = w + (0 if count is None else count)
+            taus.append(res.sim_tau)
+        self.step += 1
+        if count is None:
+            count = c_star = top1 = torch.zeros(self.draft_cfg.block_size, dtype=torch.float64)
+        denom = count.clamp(min=1)
+        return {**totals, "lr": lr, "tokens": tokens, "blocks": blocks, "empty_micro_batches": empty,
+                "c_star": (c_star / denom).tolist(), "top1": (top1 / denom).tolist(),
+                "sim_tau": float(np.nanmean(taus)) if taus and not all(math.isnan(t) for t in taus) else float("nan")}
+
+    @torch.no_grad()
+    def evaluate(self, samples: Sequence[SequenceSample], sample_ids: Sequence[int]) -> Optional[dict]:
+        if not samples:
+            return None
+        self.engine.eval()
+        try:
+            res, _ = self._loss(samples, sample_ids)
+        finally:
+            self.engine.train()
+        if res is None:
+            return None
+        return {"eval_loss": res.loss.item(), "eval_sim_tau": res.sim_tau, "eval_c_star": res.c_star,
+                "eval_top1": res.top1}
+
+    def rng_state(self) -> dict:
+        return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+
+    def set_rng_state(self, state: dict) -> None:
+        random.setstate(state["python"])
+        np.random.set_state(state["numpy"])
+        torch.set_rng_state(state["torch"])

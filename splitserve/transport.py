@@ -1,0 +1,131 @@
+"""Moving `SequenceSample`s from target workers to trainer workers over torch.distributed p2p,
+with credits for back-pressure.
+
+Wire format per sample on the data-plane process group (tag DATA): an int64 header
+[sample_id, length, aux_width, hidden, dtype_code] and a float64 header [target busy seconds,
+target credit-wait seconds], then input_ids, loss_mask, aux_hidden, final_hidden. A credit is one
+int64 (tag CREDIT) from trainer to target: "you may send me one more sample". A target sends only
+against a credit, and a trainer grants `window` credits per route up front and one more for each
+sample it takes in, so at most `window` samples are in flight on a route plus a bounded receive
+queue. Full-vocabulary logits never travel.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections import defaultdict
+from typing import Callable, Iterable, Optional
+
+import torch
+import torch.distributed as dist
+
+from draft_models import SequenceSample
+
+DATA, CREDIT = 0, 1
+DTYPES = [torch.float32, torch.bfloat16, torch.float16]
+
+
+def send_sample(pg, dst: int, sample_id: int, s: SequenceSample, stats: tuple[float, float], device) -> None:
+    """`device`: where the data-plane backend wants tensors (CPU for gloo, the GPU for NCCL)."""
+    length, width = s.aux_hidden.shape
+    header = torch.tensor([sample_id, length, width, s.final_hidden.shape[1], DTYPES.index(s.aux_hidden.dtype)],
+                          dtype=torch.long)
+    pieces = [t.to(device) for t in (header, torch.tensor(stats, dtype=torch.float64), s.input_ids.long(),
+                                     s.loss_mask.to(torch.uint8), s.aux_hidden.contiguous(), s.final_hidden.contiguous())]
+    for t in pieces:
+        pg.send([t], dst, DATA).wait()
+
+
+def recv_sample(pg, src: int, device) -> tuple[int, SequenceSample, tuple[float, float]]:
+    header = torch.empty(5, dtype=torch.long, device=device)
+    pg.recv([header], src, DATA).wait()
+    sample_id, length, width, hidden, code = header.tolist()
+    dtype = DTYPES[code]
+    stats = torch.empty(2, dtype=torch.float64, device=device)
+    ids = torch.empty(length, dtype=torch.long, device=device)
+    mask = torch.empty(length, dtype=torch.uint8, device=device)
+    aux = torch.empty(length, width, dtype=dtype, device=device)
+    final = torch.empty(length, hidden, dtype=dtype, device=device)
+    for t in (stats, ids, mask, aux, final):
+        pg.recv([t], src, DATA).wait()
+    return sample_id, SequenceSample(ids, mask.bool(), aux, final), (float(stats[0]), float(stats[1]))
+
+
+def grant_credit(pg, dst: int, device) -> object:
+    return pg.send([torch.ones(1, dtype=torch.long, device=device)], dst, CREDIT)
+
+
+def wait_credit(pg, src: int, device) -> None:
+    pg.recv([torch.empty(1, dtype=torch.long, device=device)], src, CREDIT).wait()
+
+
+class SampleReceiver:
+    """A trainer's receiving thread: grants credits and fills a bounded queue, in the exact order
+    the trainer consumes (`plan`: (sample_id, source link rank) pairs)."""
+
+    def __init__(self, pg, plan: list[tuple[int, int]], window: int, device) -> None:
+        self.pg, self.plan, self.window, self.device = pg, plan, window, device
+        self.queue: queue.Queue = queue.Queue(maxsize=window)
+        self.error: Optional[BaseException] = None
+        self.target_stats: dict[int, tuple[float, float]] = {}
+        self._thread = threading.Thread(target=self._run, name="sample-receiver", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            pending = []
+            granted: dict[int, int] = defaultdict(int)
+            per_src: dict[int, list[int]] = defaultdict(list)
+            for i, (_, src) in enumerate(self.plan):
+                per_src[src].append(i)
+            # up-front credits: the first `window` samples of every route
+            for src, idx in per_src.items():
+                for _ in idx[: self.window]:
+                    pending.append(grant_credit(self.pg, src, self.device))
+                    granted[src] += 1
+            for expected_id, src in self.plan:
+                sample_id, sample, stats = recv_sample(self.pg, src, self.device)
+                if sample_id != expected_id:
+                    raise RuntimeError(f"route from link rank {src}: expected sample {expected_id}, got {sample_id}")
+                self.target_stats[src] = stats
+                self.queue.put((sample_id, sample))
+                if granted[src] < len(per_src[src]):
+                    pending.append(grant_credit(self.pg, src, self.device))
+                    granted[src] += 1
+                pending = [w for w in pending if not w.is_completed()]
+            for w in pending:
+                w.wait()
+        except BaseException as exc:  # surfaced to the training thread by take()
+            self.error = exc
+            self.queue.put(None)
+
+    def take(self) -> tuple[int, SequenceSample]:
+        item = self.queue.get()
+        if item is None:
+            raise RuntimeError("sample receiver failed") from self.error
+        return item
+
+
+def serve_samples(pg, sample_ids: Iterable[int], route: Callable[[int], int], produce: Callable[[int], SequenceSample],
+                  device, on_sent: Optional[Callable[[int, SequenceSample], None]] = None) -> dict:
+    """A target worker's loop: produce each sample, wait for a credit from its trainer, send."""
+    busy = wait = 0.0
+    tokens = 0
+    sent: list[int] = []
+    for g in sample_ids:
+        t0 = time.perf_counter()
+        sample = produce(g)
+        t1 = time.perf_counter()
+        dst = route(g)
+        wait_credit(pg, dst, device)
+        t2 = time.perf_counter()
+        busy += t1 - t0
+        wait += t2 - t1
+        send_sample(pg, dst, g, sample, (busy, wait), device)
+        sent.append(int(g))
+        tokens += int(sample.input_ids.numel())
+        if on_sent is not None:
+            on_sent(g, sample)
+    return {"samples": len(sent), "tokens": tokens, "busy_s": busy, "credit_wait_s": wait, "sample_ids": sent}

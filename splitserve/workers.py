@@ -1,0 +1,359 @@
+"""Worker processes of one training run: target workers, trainer workers, or both in one process.
+
+Process groups: trainers form their own torch.distributed world (DeepSpeed's data-parallel group;
+DeepSpeed's checkpoint code issues world-wide barriers, so no target may be in that world). Every
+process also joins a data-plane process group over a shared TCPStore, targets first
+(link ranks 0..T-1) then trainers (T..T+R-1), used only for sample/credit point-to-point traffic.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import math
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Optional
+
+import torch
+import torch.distributed as dist
+
+from . import checkpoint as ckpt
+from .config import RunConfig
+from .data import Conversation, PromptStream
+from .targets import HFTarget, load_frozen_head, load_target_spec
+from .topology import Topology
+from .trainer import DraftTrainer
+from .transport import SampleReceiver, serve_samples
+
+TIMEOUT = datetime.timedelta(minutes=30)
+
+
+@dataclass
+class RunContext:
+    """Everything a worker needs, picklable (sent to spawned processes)."""
+
+    cfg: RunConfig
+    config_yaml: str
+    run_dir: str
+    model_dir: str
+    topology: Topology
+    train_prompts: list[Conversation]
+    eval_prompts: list[Conversation]
+    start_step: int = 0
+    resume_from: Optional[str] = None
+    device: str = "cpu"
+    link_backend: str = "gloo"
+    store_port: int = 0
+    trainer_port: int = 0
+    target_layer_ids: list[int] = field(default_factory=list)  # the resolved draft's
+
+    def conversation(self, g: int) -> Conversation:
+        if g < 0:
+            return self.eval_prompts[-g - 1]
+        return self._stream[g]
+
+    @property
+    def _stream(self) -> PromptStream:
+        if not hasattr(self, "_prompt_stream"):
+            self._prompt_stream = PromptStream(self.train_prompts, self.cfg.data.shuffle_seed)
+        return self._prompt_stream
+
+
+def gpu_of(ctx: RunContext, role: str, index: int) -> int:
+    """Targets first, each owning tp_size GPUs (an SGLang engine spans them), then one GPU per
+    trainer; wraps around when there are fewer GPUs than workers (sharing a GPU)."""
+    tp = ctx.cfg.target.tp_size if ctx.cfg.target.backend == "sglang" else 1
+    slot = index * tp if role == "target" else ctx.topology.num_targets * tp + index
+    return slot % torch.cuda.device_count()
+
+
+def _device(ctx: RunContext, role: str, index: int) -> torch.device:
+    if ctx.device == "cpu":
+        return torch.device("cpu")
+    return torch.device("cuda", gpu_of(ctx, role, index))
+
+
+def _setup_threads(ctx: RunContext) -> None:
+    torch.set_num_threads(ctx.cfg.train.threads_per_proc)
+
+
+def _link_group(ctx: RunContext, link_rank: int):
+    t = ctx.topology
+    size = t.num_targets + t.num_trainers
+    store = dist.TCPStore("127.0.0.1", ctx.store_port, size, is_master=link_rank == 0, timeout=TIMEOUT)
+    prefix = dist.PrefixStore("splitserve-link", store)
+    if ctx.link_backend == "nccl":
+        return dist.ProcessGroupNCCL(prefix, link_rank, size, dist.ProcessGroupNCCL.Options())
+    return dist.ProcessGroupGloo(prefix, link_rank, size, TIMEOUT)
+
+
+def make_target(ctx: RunContext, device: torch.device, draft_layer_ids: list[int]):
+    if ctx.cfg.target.backend == "sglang":
+        from .sglang_target import SGLangTarget  # unverified: needs the SGLang runtime on GPU
+
+        return SGLangTarget(Path(ctx.model_dir), ctx.cfg, draft_layer_ids, device=device)
+    return HFTarget(Path(ctx.model_dir), ctx.cfg.target, draft_layer_ids, device=device, seed=ctx.cfg.train.seed,
+                    max_length=ctx.cfg.data.max_length, max_prompt_tokens=ctx.cfg.data.max_prompt_tokens)
+
+
+def _write_json(path: Path, data: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=1))
+    os.replace(tmp, path)
+
+
+def target_main(index: int, ctx: RunContext) -> None:
+    """Target worker `index`: produce its samples in order and send them against credits."""
+    _setup_threads(ctx)
+    device = _device(ctx, "target", index)
+    pg = _link_group(ctx, index)
+    target = make_target(ctx, device, ctx.target_layer_ids)
+    t = ctx.topology
+    wire = torch.device("cpu") if ctx.link_backend == "gloo" else device
+    ids = t.target_samples(index, ctx.start_step, ctx.cfg.train.steps)
+    start = time.perf_counter()
+    stats = serve_samples(pg, ids, lambda g: t.num_targets + t.route(g)[1],
+                          lambda g: target.produce(g, ctx.conversation(g)), wire)
+    stats["wall_s"] = time.perf_counter() - start
+    _write_json(Path(ctx.run_dir) / "stats" / f"target{index}.json", stats)
+
+
+class _MPU:
+    """The trainer world as DeepSpeed's data-parallel group (no model parallelism)."""
+
+    def __init__(self) -> None:
+        self._solo = None
+
+    def get_model_parallel_rank(self):
+        return 0
+
+    def get_model_parallel_world_size(self):
+        return 1
+
+    def get_model_parallel_group(self):
+        return self._solo
+
+    def get_data_parallel_group(self):
+        return dist.group.WORLD
+
+    def get_data_parallel_rank(self):
+        return dist.get_rank()
+
+    def get_data_parallel_world_size(self):
+        return dist.get_world_size()
+
+
+def _init_trainer_world(ctx: RunContext, rank: int) -> _MPU:
+    t = ctx.topology
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(ctx.trainer_port), RANK=str(rank),
+                      WORLD_SIZE=str(t.num_trainers), LOCAL_RANK=str(rank))
+    # Under torchrun the agent's store would be used for env:// rendezvous; the trainer world is
+    # our own (MASTER_PORT+2, hosted by trainer 0), so opt out of it.
+    os.environ.pop("TORCHELASTIC_USE_AGENT_STORE", None)
+    backend = "nccl" if ctx.device == "cuda" else "gloo"
+    dist.init_process_group(backend, rank=rank, world_size=t.num_trainers, timeout=TIMEOUT)
+    mpu = _MPU()
+    solos = [dist.new_group([r]) for r in range(t.num_trainers)]
+    mpu._solo = solos[rank]
+    return mpu
+
+
+def _strict_json(value):
+    """nan/inf -> null, so metrics.jsonl is strict JSON for any reader."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _strict_json(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_strict_json(v) for v in value]
+    return value
+
+
+class StepLog:
+    """metrics.jsonl (append-only, one line per step), wandb, and the tqdm bar of trainer 0."""
+
+    def __init__(self, ctx: RunContext, total: int, start: int) -> None:
+        self.path = Path(ctx.run_dir) / "metrics.jsonl"
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.file = open(self.path, "a", encoding="utf-8")
+        self.wandb = None
+        if ctx.cfg.log.wandb_mode != "disabled":
+            import wandb
+
+            self.wandb = wandb.init(project=ctx.cfg.log.wandb_project, mode=ctx.cfg.log.wandb_mode,
+                                    dir=ctx.run_dir, config={"yaml": ctx.config_yaml}, resume="allow",
+                                    id=Path(ctx.run_dir).name.replace("/", "_")[:64])
+        if start:
+            self.write({"event": "resumed", "step": start})
+        self.bar = None
+        if ctx.cfg.log.progress:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, initial=start, desc="train", unit="step", dynamic_ncols=True)
+
+    def write(self, record: dict) -> None:
+        self.file.write(json.dumps(_strict_json(record)) + "\n")
+        self.file.flush()
+        if self.wandb is not None and "step" in record and "event" not in record:
+            self.wandb.log({k: v for k, v in record.items() if isinstance(v, (int, float))}, step=record["step"])
+
+    def progress(self, record: dict) -> None:
+        if self.bar is not None:
+            self.bar.update(1)
+            self.bar.set_postfix(loss=f"{record['loss']:.3f}", tok_s=f"{record['tokens_per_s']:.0f}",
+                                 wait=f"{record['data_wait_frac']:.0%}", tgt=f"{record['target_util']:.0%}")
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+        if self.wandb is not None:
+            self.wandb.finish()
+        self.file.close()
+
+
+def _save_checkpoint(trainer: DraftTrainer, ctx: RunContext, step: int, rank: int) -> None:
+    from safetensors.torch import save_file
+
+    run_dir = Path(ctx.run_dir)
+    staging = ckpt.staging_dir(run_dir, step)
+    if rank == 0:
+        staging.mkdir(parents=True, exist_ok=True)
+    dist.barrier()
+    trainer.engine.save_checkpoint(str(staging), tag=ckpt.ENGINE_TAG, client_state={
+        "step": step, "rng": trainer.rng_state()}, save_latest=False)
+    dist.barrier()
+    if rank == 0:
+        draft_dir = staging / "draft"
+        draft_dir.mkdir(exist_ok=True)
+        state = {k: v.detach().float().cpu().contiguous() for k, v in trainer.draft.state_dict().items()}
+        save_file(state, str(draft_dir / "model.safetensors"))
+        (draft_dir / "draft_config.json").write_text(json.dumps(asdict(trainer.draft_cfg), indent=1))
+        (staging / "config.yaml").write_text(ctx.config_yaml)
+        (staging / "meta.json").write_text(json.dumps({"step": step, "model_dir": ctx.model_dir}))
+        ckpt.seal(staging, ckpt.final_dir(run_dir, step))
+        ckpt.prune(run_dir, ctx.cfg.train.keep_checkpoints)
+    dist.barrier()
+
+
+def _load_checkpoint(trainer: DraftTrainer, ctx: RunContext) -> None:
+    path, client = trainer.engine.load_checkpoint(ctx.resume_from, tag=ckpt.ENGINE_TAG)
+    if path is None or client is None or client.get("step") != ctx.start_step:
+        raise RuntimeError(f"could not restore {ctx.resume_from} (expected step {ctx.start_step})")
+    trainer.set_rng_state(client["rng"])
+    trainer.step = ctx.start_step
+
+
+def _allreduce_mean(values: list[float]) -> list[float]:
+    """Mean over trainer ranks of each value, ignoring ranks where it is nan (nan if all are).
+    Every rank must call this the same number of times."""
+    t = torch.tensor(values, dtype=torch.float64)
+    valid = ~t.isnan()
+    both = torch.stack((torch.where(valid, t, torch.zeros_like(t)), valid.double()))
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        dist.all_reduce(both)
+    return (both[0] / both[1]).tolist()  # 0/0 -> nan
+
+
+def train_loop(trainer: DraftTrainer, ctx: RunContext, rank: int, next_sample, target_util=lambda: float("nan")):
+    """Steps start_step..steps-1; `next_sample()` -> (sample_id, SequenceSample) in consumption order."""
+    cfg = ctx.cfg.train
+    t = ctx.topology
+    eval_set = [next_sample() for _ in t.eval_ids(rank)]
+    log = StepLog(ctx, cfg.steps, ctx.start_step) if rank == 0 else None
+    b = cfg.micro_batch * cfg.grad_accum
+    totals = {"wait_s": 0.0, "compute_s": 0.0, "samples": 0, "tokens": 0,
+              "sample_ids": [g for g, _ in eval_set]}
+    try:
+        for step in range(ctx.start_step, cfg.steps):
+            t0 = time.perf_counter()
+            got = [next_sample() for _ in range(b)]
+            t1 = time.perf_counter()
+            ids = [g for g, _ in got]
+            samples = [s.to_device(trainer.device) for _, s in got]
+            metrics = trainer.train_step(samples, ids)
+            t2 = time.perf_counter()
+            totals["wait_s"] += t1 - t0
+            totals["compute_s"] += t2 - t1
+            totals["samples"] += b
+            totals["sample_ids"] += ids
+            totals["tokens"] += metrics["tokens"]
+            loss, ce, distill, conf, tau = _allreduce_mean(
+                [metrics["loss"], metrics["ce"], metrics["distill"], metrics["conf"], metrics["sim_tau"]])
+            done = step + 1
+            record = {"step": done, "loss": loss, "ce": ce, "distill": distill, "conf": conf, "sim_tau": tau,
+                      "lr": metrics["lr"], "samples": b * t.num_trainers, "tokens_rank0": metrics["tokens"],
+                      "empty_micro_batches_rank0": metrics["empty_micro_batches"],
+                      "c_star_rank0": metrics["c_star"], "top1_rank0": metrics["top1"],
+                      "step_s": t2 - t0, "data_wait_frac": (t1 - t0) / max(t2 - t0, 1e-9),
+                      "tokens_per_s": metrics["tokens"] * t.num_trainers / max(t2 - t0, 1e-9),
+                      "target_util": target_util()}
+            want_eval = (cfg.eval_every and done % cfg.eval_every == 0) or done == cfg.steps
+            if want_eval and t.num_eval:
+                ev = trainer.evaluate([s.to_device(trainer.device) for _, s in eval_set], [g for g, _ in eval_set])
+                vals = _allreduce_mean([ev["eval_loss"], ev["eval_sim_tau"]] if ev else [float("nan")] * 2)
+                record.update(eval_loss=vals[0], eval_sim_tau=vals[1])
+            if log is not None:
+                log.write(record)
+                log.progress(record)
+            if cfg.checkpoint_every and (done % cfg.checkpoint_every == 0 or done == cfg.steps):
+                _save_checkpoint(trainer, ctx, done, rank)
+    finally:
+        if log is not None:
+            log.close()
+    totals["wall_s"] = totals["wait_s"] + totals["compute_s"]
+    _write_json(Path(ctx.run_dir) / "stats" / f"trainer{rank}.json", totals)
+
+
+def _build_trainer(ctx: RunContext, rank: int, device: torch.device) -> DraftTrainer:
+    """Join the trainer world, build the DeepSpeed trainer, restore the checkpoint if resuming."""
+    mpu = _init_trainer_world(ctx, rank)
+    head = load_frozen_head(Path(ctx.model_dir), device, torch.float32)
+    spec = load_target_spec(Path(ctx.model_dir))
+    trainer = DraftTrainer(ctx.cfg.draft, spec, head, ctx.cfg.train, device=device,
+                           dp_world=ctx.topology.num_trainers, mpu=mpu)
+    if ctx.resume_from:
+        _load_checkpoint(trainer, ctx)
+    return trainer
+
+
+def trainer_main(rank: int, ctx: RunContext) -> None:
+    """Trainer worker `rank`: receive samples from its targets, train with DeepSpeed."""
+    _setup_threads(ctx)
+    t = ctx.topology
+    device = _device(ctx, "trainer", rank)
+    pg = _link_group(ctx, t.num_targets + rank)
+    trainer = _build_trainer(ctx, rank, device)
+    plan = [(g, t.route(g)[0]) for g in t.trainer_samples(rank, ctx.start_step, ctx.cfg.train.steps)]
+    wire = torch.device("cpu") if ctx.link_backend == "gloo" else device
+    receiver = SampleReceiver(pg, plan, ctx.cfg.split.window, wire)
+
+    def target_util():
+        busy = [receiver.target_stats.get(src, (0.0, 0.0)) for src in t.sources(rank)]
+        return sum(b / max(b + w, 1e-9) for b, w in busy) / len(busy)
+
+    train_loop(trainer, ctx, rank, receiver.take, target_util)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def colocated_main(ctx: RunContext) -> None:
+    """The single-process reference: the same target and trainer code, no transport."""
+    _setup_threads(ctx)
+    t = ctx.topology
+    if (t.num_targets, t.num_trainers) != (1, 1):
+        raise ValueError("split.colocated runs exactly one target and one trainer")
+    device = _device(ctx, "trainer", 0)
+    trainer = _build_trainer(ctx, 0, device)
+    target = make_target(ctx, device, trainer.draft_cfg.target_layer_ids)
+    ids = iter(t.trainer_samples(0, ctx.start_step, ctx.cfg.train.steps))
+
+    def next_sample():
+        g = next(ids)
+        return g, target.produce(g, ctx.conversation(g))
+
+    train_loop(trainer, ctx, 0, next_sample)
+    dist.destroy_process_group()
