@@ -110,11 +110,12 @@ class InjectedDecoderLayer(nn.Module):
         self.post_attention_layernorm = nn.RMSNorm(cfg.hidden_size, eps=cfg.rms_norm_eps)
         self.mlp = MLP(cfg.hidden_size, cfg.intermediate_size)
 
-    def forward(self, x: torch.Tensor, x_index: TokenIndex, ctx: torch.Tensor, ctx_index: TokenIndex,
+    def forward(self, x: torch.Tensor, x_index: TokenIndex, ctx_k: torch.Tensor, ctx_v: torch.Tensor,
                 plan: AttentionPlan) -> torch.Tensor:
-        """`plan` covers queries `x_index` against keys `ctx_index` followed by `x_index`."""
+        """`ctx_k`/`ctx_v`: this layer's keys/values of the injected context (`attn.kv` of the fused
+        target states; cached across decode steps). `plan` covers queries `x_index` against the
+        context keys followed by `x_index`."""
         attn = self.self_attn
-        ctx_k, ctx_v = attn.kv(ctx, ctx_index.pos)
         normed = self.input_layernorm(x)
         blk_k, blk_v = attn.kv(normed, x_index.pos)
         o = plan(attn.q(normed, x_index.pos), torch.cat((ctx_k, blk_k)), torch.cat((ctx_v, blk_v)), attn.scale)

@@ -98,14 +98,18 @@ class DSparkDraft(DraftModel):
     def context_states(self, batch: PackedBatch) -> torch.Tensor:
         return self.hidden_norm(self.fuse_context(batch.ctx_features))
 
-    def backbone(self, block_ids: torch.Tensor, block_index: TokenIndex, ctx: torch.Tensor,
-                 ctx_index: TokenIndex, backend: str = "auto") -> torch.Tensor:
+    def context_kv(self, ctx_states: torch.Tensor, ctx_pos: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Every layer's keys/values of the injected context (what a decoder caches)."""
+        return [layer.self_attn.kv(ctx_states, ctx_pos) for layer in self.layers]
+
+    def backbone(self, block_ids: torch.Tensor, block_index: TokenIndex, ctx_kv: list, ctx_index: TokenIndex,
+                 backend: str = "auto") -> torch.Tensor:
         """Block token ids [N, S] -> final normed hidden [N, S, H]."""
         n, s = block_ids.shape
         x = self.target_head.embed(block_ids.reshape(-1)).to(self.fc.weight.dtype)
         plan = AttentionPlan(block_index, ctx_index.cat(block_index), window=self.cfg.sliding_window, backend=backend)
-        for layer in self.layers:
-            x = layer(x, block_index, ctx, ctx_index, plan)
+        for layer, (k, v) in zip(self.layers, ctx_kv):
+            x = layer(x, block_index, k, v, plan)
         return self.norm(x).view(n, s, -1)
 
     def heads(self, hidden: torch.Tensor, prev_tokens: torch.Tensor) -> DraftOutput:
@@ -119,9 +123,8 @@ class DSparkDraft(DraftModel):
         return DraftOutput(hidden=hidden, seq_latent=latent, confidence_logit=conf)
 
     def forward(self, batch: PackedBatch, backend: str = "auto") -> DraftOutput:
-        hidden = self.backbone(
-            batch.block_input_ids, batch.block_index(), self.context_states(batch), batch.ctx_index, backend
-        )
+        ctx_kv = self.context_kv(self.context_states(batch), batch.ctx_index.pos)
+        hidden = self.backbone(batch.block_input_ids, batch.block_index(), ctx_kv, batch.ctx_index, backend)
         if not self.cfg.samples_from_anchor:
             hidden = hidden[:, 1:]
         return self.heads(hidden, batch.prev_tokens)

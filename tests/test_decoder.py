@@ -1,0 +1,130 @@
+"""The reference decoder is lossless: greedy output equals target-only greedy decoding, whatever
+the draft proposes; sampling reproduces the target's distribution."""
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, LlamaConfig
+
+from draft_models import DraftConfig, FrozenTargetHead, TargetSpec, build_draft
+from serving.decoder import SpeculativeDecoder
+from serving.scheduler import SchedulerConfig
+from serving.sps import SpsTable
+
+SPS = SpsTable([1, 2, 4, 8], [100.0, 97.0, 90.0, 70.0], 8)
+MODES = [SchedulerConfig("fixed"), SchedulerConfig("threshold", threshold=0.02), SchedulerConfig("prefix")]
+
+
+def tiny_target(vocab=96, seed=0):
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(hidden_size=32, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
+                      intermediate_size=64, vocab_size=vocab, tie_word_embeddings=False)
+    return AutoModelForCausalLM.from_config(cfg).double().eval()
+
+
+def draft_for(target, **overrides):
+    spec = TargetSpec.from_hf_config(target.config)
+    base = dict(num_layers=1, block_size=4, markov_rank=8, target_layer_ids=[1, 2])
+    base.update(overrides)
+    torch.manual_seed(1)
+    return build_draft(DraftConfig(**base), spec, FrozenTargetHead.from_hf_model(target)).double()
+
+
+def reference_greedy(target, prompt, n):
+    ids = torch.tensor([prompt])
+    out = target.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, do_sample=False,
+                          min_new_tokens=n, pad_token_id=0, eos_token_id=None)
+    return out[0, len(prompt):].tolist()
+
+
+class OracleDSpark:
+    """Proposal stand-in: the target's own greedy continuation, correct for the first `good`
+    tokens of each block and wrong after, to drive every accept/reject/rollback path."""
+
+    def __init__(self, decoder, target, good):
+        self.decoder, self.target, self.good = decoder, target, good
+        self.history = None
+
+    def __call__(self, anchor, pos, ctx_kv, ctx_len, temperature, generator):
+        seq = self.history[: pos] + [anchor]
+        cont = reference_greedy(self.target, seq, self.decoder.gamma)
+        tokens = [t if k < self.good else (t + 1) % self.target.config.vocab_size for k, t in enumerate(cont)]
+        return tokens, [None] * len(tokens), torch.linspace(0.9, 0.5, len(tokens)).double()
+
+
+CASES = [(arch, mode) for arch in ("dspark", "dspark_rnn") for mode in MODES] + [("dflash", MODES[0])]
+
+
+@pytest.mark.parametrize("arch,mode", CASES, ids=lambda c: c if isinstance(c, str) else c.mode)
+def test_greedy_output_equals_target_greedy_with_a_random_draft(arch, mode):
+    """(DFlash has no confidence head, so only fixed-length verification applies to it.)"""
+    target = tiny_target()
+    extra = {"dspark": {}, "dspark_rnn": {"sequential_head": "rnn"},
+             "dflash": {"arch": "dflash", "sequential_head": "none", "confidence_head": False}}[arch]
+    dec = SpeculativeDecoder(target, draft_for(target, **extra), scheduler=mode, sps=SPS)
+    g = torch.Generator().manual_seed(0)
+    for _ in range(4):
+        prompt = torch.randint(0, 96, (int(torch.randint(3, 12, (1,), generator=g)),), generator=g).tolist()
+        res = dec.generate(prompt, 40)
+        assert res.token_ids == reference_greedy(target, prompt, 40)
+        assert sum(res.accept_lengths) + 1 >= len(res.token_ids)
+
+
+@pytest.mark.parametrize("good", [0, 1, 3, 4])
+def test_accept_and_rollback_paths_with_oracle_proposals(good):
+    target = tiny_target()
+    dec = SpeculativeDecoder(target, draft_for(target), scheduler=SchedulerConfig("fixed"))
+    oracle = OracleDSpark(dec, target, good)
+    dec._propose = oracle
+    prompt = [5, 17, 42, 8]
+    expected = reference_greedy(target, prompt, 30)
+    oracle.history = prompt + expected
+    res = dec.generate(prompt, 30)
+    assert res.token_ids == expected
+    assert all(a == min(good, 4) + 1 for a in res.accept_lengths[:-1])  # accepted prefix + bonus each step
+
+
+def test_target_only_decoding_is_plain_greedy():
+    target = tiny_target()
+    res = SpeculativeDecoder(target, None).generate([1, 2, 3], 25)
+    assert res.token_ids == reference_greedy(target, [1, 2, 3], 25) and set(res.accept_lengths) == {1}
+
+
+def test_sampling_matches_the_target_distribution():
+    """Tiny vocabulary, 2 new tokens: the empirical law of (x1, x2) under speculative sampling
+    equals the target's exact law (chi-square, fixed seeds)."""
+    from scipy.stats import chisquare
+
+    vocab = 6
+    target = tiny_target(vocab=vocab, seed=3)
+    with torch.no_grad():
+        target.lm_head.weight.mul_(20)  # sharpen: a distribution far from uniform, so the test has power
+    dec = SpeculativeDecoder(target, draft_for(target, mask_token_id=5), scheduler=SchedulerConfig("fixed"))
+    prompt = [1, 2, 3]
+    with torch.no_grad():
+        p1 = torch.softmax(target(torch.tensor([prompt])).logits[0, -1].double(), -1)
+        exact = torch.zeros(vocab, vocab, dtype=torch.float64)
+        for a in range(vocab):
+            p2 = torch.softmax(target(torch.tensor([prompt + [a]])).logits[0, -1].double(), -1)
+            exact[a] = p1[a] * p2
+    n = 3000
+    counts = torch.zeros(vocab, vocab)
+    for i in range(n):
+        ids = dec.generate(prompt, 2, temperature=1.0, seed=i).token_ids
+        counts[ids[0], ids[1]] += 1
+    expected = (exact * n).flatten()
+    keep = expected >= 5  # chi-square validity; pool the rare cells
+    obs = torch.cat((counts.flatten()[keep], counts.flatten()[~keep].sum()[None]))
+    exp = torch.cat((expected[keep], expected[~keep].sum()[None]))
+    stat, pvalue = chisquare(obs.numpy(), exp.numpy() * obs.sum().item() / exp.sum().item())
+    assert pvalue > 1e-3, (stat, pvalue)
+
+
+def test_bad_decoder_inputs():
+    target = tiny_target()
+    with pytest.raises(ValueError, match="larger than the draft was trained for"):
+        SpeculativeDecoder(target, draft_for(target), block_size=9)
+    dflash = draft_for(target, arch="dflash", sequential_head="none", confidence_head=False)
+    with pytest.raises(ValueError, match="needs a confidence head"):
+        SpeculativeDecoder(target, dflash, scheduler=SchedulerConfig("prefix"), sps=SPS)
+    with pytest.raises(ValueError, match="STS file has 3 temperatures"):
+        SpeculativeDecoder(target, draft_for(target), sts_temperatures=[1.0, 1.0, 1.0])
