@@ -67,7 +67,7 @@ class DraftTrainer:
 
         if cfg.zero_stage == 3:
             raise ValueError("train.zero_stage=3 is not supported: the chunked loss reads markov_w2 directly; use 0-2")
-        self.cfg, self.device = cfg, device
+        self.cfg, self.device, self.target_spec = cfg, device, target
         seed_everything(cfg.seed)
         draft = build_draft(draft_cfg, target, head)
         self.draft_cfg = draft.cfg

@@ -233,7 +233,8 @@ def _save_checkpoint(trainer: DraftTrainer, ctx: RunContext, step: int, rank: in
         save_file(state, str(draft_dir / "model.safetensors"))
         (draft_dir / "draft_config.json").write_text(json.dumps(asdict(trainer.draft_cfg), indent=1))
         (staging / "config.yaml").write_text(ctx.config_yaml)
-        (staging / "meta.json").write_text(json.dumps({"step": step, "model_dir": ctx.model_dir}))
+        (staging / "meta.json").write_text(json.dumps({"step": step, "model_dir": ctx.model_dir,
+                                                       "target": asdict(trainer.target_spec)}))
         ckpt.seal(staging, ckpt.final_dir(run_dir, step))
         ckpt.prune(run_dir, ctx.cfg.train.keep_checkpoints)
     dist.barrier()

@@ -1,0 +1,87 @@
+"""Export to SGLang's DSpark format: config fields, weight names, bit-exact reload, refusals."""
+
+import json
+import shutil
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from serving.export import export, load_exported, main, read_checkpoint
+from splitserve.targets import load_frozen_head, prepare_target_dir
+from splitserve.config import TargetConfig
+from splitserve.train import run
+from test_training import TINY, compose_cfg
+
+# The names SGLang 0.5.23's DFlash/DSpark loaders accept (models/dflash.py, models/dspark.py),
+# with the per-layer parts SGLang stacks (q/k/v -> qkv_proj, gate/up -> gate_up_proj).
+LAYER_PARTS = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "self_attn.q_norm",
+               "self_attn.k_norm", "input_layernorm", "post_attention_layernorm", "mlp.gate_proj", "mlp.up_proj",
+               "mlp.down_proj"}
+TOP = {"fc.weight", "hidden_norm.weight", "norm.weight", "markov_head.markov_w1.weight", "markov_head.markov_w2.weight",
+       "markov_head.joint_proj.weight", "markov_head.joint_proj.bias", "confidence_head.proj.weight",
+       "confidence_head.proj.bias"}
+
+
+def sglang_maps(name: str) -> bool:
+    if name in TOP:
+        return True
+    parts = name.split(".")
+    return parts[0] == "layers" and parts[1].isdigit() and ".".join(parts[2:-1]) in LAYER_PARTS and parts[-1] == "weight"
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("run")
+    summary = run(compose_cfg(TINY + ["train.steps=1", "train.checkpoint_every=1", "draft.sequential_head=rnn"]),
+                  run_dir)
+    return summary["checkpoint"]
+
+
+def test_export_writes_the_sglang_contract_and_reloads_bit_exactly(checkpoint, tmp_path):
+    out = export(checkpoint, tmp_path / "draft")
+    config = json.loads((out / "config.json").read_text())
+    assert config["architectures"] == ["Qwen3DSparkModel"]  # a Llama-family target
+    assert config["markov_head_type"] == "rnn" and config["markov_rank"] == 16
+    assert config["block_size"] == 4 and config["num_target_layers"] == 30 and config["sample_from_anchor"]
+    assert config["target_layer_ids"] == [15] and config["mask_token_id"] == 16
+    assert config["is_neox_style"] is True and config["partial_rotary_factor"] == 1.0
+    weights = load_file(str(out / "model.safetensors"))
+    assert all(sglang_maps(n) for n in weights), [n for n in weights if not sglang_maps(n)]
+    assert not any("embed" in n or "lm_head" in n for n in weights)
+    head = load_frozen_head(prepare_target_dir(TargetConfig()), "cpu", torch.float32)
+    reloaded = load_exported(out, head)
+    _, _, original = read_checkpoint(checkpoint)
+    for name, tensor in reloaded.state_dict().items():
+        assert torch.equal(tensor, original[name]), name
+
+
+def test_drafts_sglang_cannot_serve_are_refused(checkpoint, tmp_path):
+    for field, value, reason in [("attention", "ling3_mla", "MLA drafts have no serving class"),
+                                 ("arch", "dflash", "DSpark drafts only"),
+                                 ("rope", "none", "always applies rotary")]:
+        copy = tmp_path / f"ckpt-{field}"
+        shutil.copytree(checkpoint, copy)
+        cfg = json.loads((copy / "draft" / "draft_config.json").read_text())
+        cfg[field] = value
+        (copy / "draft" / "draft_config.json").write_text(json.dumps(cfg))
+        with pytest.raises(ValueError, match=reason):
+            export(copy, tmp_path / "out")
+        assert not (tmp_path / "out").exists()
+
+
+def test_bad_export_inputs_are_named(checkpoint, tmp_path, capsys):
+    assert main(["--checkpoint", str(tmp_path / "nope"), "--out", str(tmp_path / "o")]) == 2
+    assert "not a complete SplitServe checkpoint" in capsys.readouterr().err
+    bad_sts = tmp_path / "sts.json"
+    bad_sts.write_text(json.dumps({"temperatures": [1.0, 1.0]}))
+    with pytest.raises(ValueError, match="expected 'temperatures', 4 numbers > 0"):
+        export(checkpoint, tmp_path / "o", sts=bad_sts)
+    bad_sps = tmp_path / "sps.json"
+    bad_sps.write_text("{}")
+    with pytest.raises(ValueError, match="sps.json: expected exactly the keys"):
+        export(checkpoint, tmp_path / "o", sps=bad_sps)
+    good_sts = tmp_path / "good_sts.json"
+    good_sts.write_text(json.dumps({"temperatures": [1.5, 1.2, 1.1, 1.0]}))
+    out = export(checkpoint, tmp_path / "o", sts=good_sts)
+    assert json.loads((out / "sts.json").read_text())["temperatures"] == [1.5, 1.2, 1.1, 1.0]
