@@ -85,3 +85,24 @@ def test_bad_export_inputs_are_named(checkpoint, tmp_path, capsys):
     good_sts.write_text(json.dumps({"temperatures": [1.5, 1.2, 1.1, 1.0]}))
     out = export(checkpoint, tmp_path / "o", sts=good_sts)
     assert json.loads((out / "sts.json").read_text())["temperatures"] == [1.5, 1.2, 1.1, 1.0]
+
+
+def test_launch_command_for_an_exported_draft(checkpoint, tmp_path, capsys):
+    from serving.launch import main as launch_main
+
+    sts = tmp_path / "sts.json"
+    sts.write_text(json.dumps({"temperatures": [1.0] * 4}))
+    sps = tmp_path / "sps.json"
+    sps.write_text(json.dumps({"sample_batch_tokens": [1, 8], "sample_steps_per_sec": [100.0, 80.0],
+                               "max_batch_tokens": 8}))
+    out = export(checkpoint, tmp_path / "d", sps=sps, sts=sts)
+    assert launch_main(["--target", "/models/t", "--draft", str(out), "--tp-size", "4"]) == 0
+    line = capsys.readouterr().out.strip()
+    assert line.startswith("SGLANG_RAGGED_VERIFY_MODE=compact ")
+    for flag in ("-m sglang.launch_server", "--model-path /models/t", "--speculative-algorithm DSPARK",
+                 f"--speculative-draft-model-path {out}", "--speculative-dspark-block-size 4", "--tp-size 4",
+                 f"--speculative-dspark-sps-table-path {out}/sps.json",
+                 f"--speculative-dspark-confidence-sts-path {out}/sts.json"):
+        assert flag in line
+    assert launch_main(["--target", "/models/t", "--draft", str(tmp_path)]) == 2
+    assert "is missing" in capsys.readouterr().err
