@@ -27,7 +27,6 @@ def expected_calibration_error(prob: torch.Tensor, label: torch.Tensor, num_bins
     if prob.numel() == 0:
         return 0.0
     bins = (prob * num_bins).long().clamp(max=num_bins - 1)
-    count = torch.bincount(bins, minlength=num_bins).double()
     p_sum = torch.zeros(num_bins, dtype=torch.float64).index_add_(0, bins, prob)
     y_sum = torch.zeros(num_bins, dtype=torch.float64).index_add_(0, bins, label)
     return float((p_sum - y_sum).abs().sum() / prob.numel())

@@ -106,7 +106,7 @@ class SpeculativeDecoder:
         hidden = d.backbone(ids, block, ctx_kv, ctx_index)[0]
         if not cfg.samples_from_anchor:
             hidden = hidden[1:]
-        head, w2 = d.sequential_head, None
+        head = d.sequential_head
         state = head.init_state(1, hidden) if head is not None else None
         tokens, dists, conf = [], [], []
         prev = torch.tensor([anchor])

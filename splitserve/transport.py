@@ -19,7 +19,6 @@ from collections import defaultdict
 from typing import Callable, Iterable, Optional
 
 import torch
-import torch.distributed as dist
 
 from draft_models import SequenceSample
 

@@ -1,6 +1,5 @@
 """Verify-length scheduling: hand-computed cases, R > 1, causality, monotonicity in the SPS table."""
 
-import json
 
 import pytest
 import torch

@@ -6,7 +6,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig
 
 from splitserve.embedded_target import ensure_smollm2
