@@ -106,3 +106,30 @@ def test_launch_command_for_an_exported_draft(checkpoint, tmp_path, capsys):
         assert flag in line
     assert launch_main(["--target", "/models/t", "--draft", str(tmp_path)]) == 2
     assert "is missing" in capsys.readouterr().err
+
+
+def test_generate_cli_is_lossless_and_checks_its_target(checkpoint, tmp_path, capsys):
+    from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig
+
+    from serving.generate import main as generate_main
+
+    assert generate_main(["--checkpoint", checkpoint, "--prompt", "What is 7 times 8?", "--max-new-tokens", "24",
+                          "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["steps"] == len(out["accept_lengths"]) and sum(out["accept_lengths"]) + 1 >= len(out["token_ids"])
+    model_dir = prepare_target_dir(TargetConfig())
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    target = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    prompt = tok.apply_chat_template([{"role": "user", "content": "What is 7 times 8?"}], add_generation_prompt=True,
+                                     return_tensors="pt", return_dict=True)["input_ids"]
+    ref = target.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=24, do_sample=False)
+    assert out["token_ids"] == ref[0, prompt.shape[1]:].tolist()
+
+    other = tmp_path / "other"
+    AutoModelForCausalLM.from_config(LlamaConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                                 intermediate_size=64, vocab_size=49152)).save_pretrained(other)
+    tok.save_pretrained(other)
+    assert generate_main(["--checkpoint", checkpoint, "--prompt", "hi", "--target", str(other)]) == 2
+    assert "trained for a different target" in capsys.readouterr().err
+    assert generate_main(["--checkpoint", checkpoint, "--prompt", "hi", "--block-size", "9"]) == 2
+    assert "larger than the draft was trained for" in capsys.readouterr().err
