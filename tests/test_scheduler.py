@@ -1,5 +1,6 @@
 """Verify-length scheduling: hand-computed cases, R > 1, causality, monotonicity in the SPS table."""
 
+import json
 
 import pytest
 import torch
@@ -89,3 +90,22 @@ def test_malformed_sps_files_are_named(tmp_path, content, match):
     with pytest.raises(ValueError, match=match) as err:
         SpsTable.load(path)
     assert str(path) in str(err.value)
+
+
+def test_profile_sps_writes_a_table_sglang_can_read(tmp_path, capsys):
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
+    from serving.profile_sps import main as profile_main
+
+    target = tmp_path / "tiny"
+    AutoModelForCausalLM.from_config(LlamaConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                                 intermediate_size=64, vocab_size=100)).save_pretrained(target)
+    out = tmp_path / "sps.json"
+    assert profile_main(["--out", str(out), "--target", str(target), "--widths", "1", "2", "4", "--context", "16",
+                         "--repeats", "2"]) == 0
+    table = SpsTable.load(out)
+    assert table.sample_batch_tokens == [1, 2, 4] and table.max_batch_tokens == 4
+    assert all(r > 0 for r in table.sample_steps_per_sec)
+    assert set(json.loads(out.read_text())) == {"sample_batch_tokens", "sample_steps_per_sec", "max_batch_tokens"}
+    assert profile_main(["--out", str(out), "--target", str(target), "--widths", "4", "2"]) == 2
+    assert "strictly increasing" in capsys.readouterr().err

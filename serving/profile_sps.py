@@ -1,0 +1,83 @@
+"""Profile the verify step rate by width on this device and write the SPS table SGLang reads.
+
+    python -m serving.profile_sps --out sps.json [--target DIR] [--widths 1 2 4 8 16] [--context 512] [--repeats 5]
+
+For each width B, the target runs B tokens over a KV cache already holding `--context` tokens
+(exactly what one verify step of the reference decoder does), then the cache is cropped back;
+the median over repeats gives steps per second. The default target is the embedded SmolLM2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, DynamicCache
+
+from .decoder import _truncate
+from .sps import SpsTable
+
+
+def profile(target, widths: list[int], context: int, repeats: int, device) -> SpsTable:
+    if not widths or widths != sorted(set(widths)) or widths[0] < 1:
+        raise ValueError(f"--widths must be strictly increasing integers >= 1, got {widths}")
+    if context < 1 or repeats < 1:
+        raise ValueError("--context and --repeats must be >= 1")
+    vocab = target.config.get_text_config().vocab_size
+    g = torch.Generator().manual_seed(0)
+    cache = DynamicCache()
+    with torch.no_grad():
+        target(input_ids=torch.randint(0, vocab, (1, context), generator=g).to(device), past_key_values=cache,
+               use_cache=True)
+        rates = []
+        for w in widths:
+            ids = torch.randint(0, vocab, (1, w), generator=g).to(device)
+            pos = torch.arange(context, context + w, device=device)[None]
+            times = []
+            for _ in range(repeats + 1):  # the first is a warm-up
+                if device.type == "cuda":
+                    torch.cuda.synchronize()
+                t0 = time.perf_counter()
+                target(input_ids=ids, position_ids=pos, past_key_values=cache, use_cache=True)
+                if device.type == "cuda":
+                    torch.cuda.synchronize()
+                times.append(time.perf_counter() - t0)
+                _truncate(cache, context)
+            rates.append(1.0 / statistics.median(times[1:]))
+    return SpsTable(list(widths), rates, widths[-1])
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description="Profile verify steps/s by width; write SGLang's SPS table JSON")
+    ap.add_argument("--out", required=True, type=Path)
+    ap.add_argument("--target", type=Path, help="HF model directory (default: the embedded SmolLM2 target)")
+    ap.add_argument("--widths", type=int, nargs="+", default=[1, 2, 4, 8, 16])
+    ap.add_argument("--context", type=int, default=512)
+    ap.add_argument("--repeats", type=int, default=5)
+    args = ap.parse_args(argv)
+    try:
+        if args.target is None:
+            from splitserve.embedded_target import ensure_smollm2
+
+            args.target = ensure_smollm2()
+        if not (args.target / "config.json").is_file():
+            raise FileNotFoundError(f"{args.target} is not a HF model directory (no config.json)")
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+        target = AutoModelForCausalLM.from_pretrained(args.target, dtype=dtype).to(device).eval()
+        table = profile(target, args.widths, args.context, args.repeats, device)
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    args.out.write_text(table.to_json())
+    for w, r in zip(table.sample_batch_tokens, table.sample_steps_per_sec):
+        print(f"width {w:>4}: {r:8.1f} steps/s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
