@@ -22,6 +22,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from draft_models import DraftConfig, DSparkDraft, FrozenTargetHead, LossConfig, TargetSpec
+from draft_models.sts import read_temperatures
 
 from .sps import SpsTable
 
@@ -101,9 +102,7 @@ def export(ckpt: Path, out: Path, sps: Path | None = None, sts: Path | None = No
     if why:
         raise ValueError(f"cannot export {ckpt} for SGLang: {why}")
     if sts is not None:
-        temps = json.loads(Path(sts).read_text()).get("temperatures")
-        if not isinstance(temps, list) or len(temps) != cfg.block_size or not all(t > 0 for t in temps):
-            raise ValueError(f"STS file {sts}: expected 'temperatures', {cfg.block_size} numbers > 0")
+        read_temperatures(sts, cfg.block_size)  # validates, with the file named in any error
     if sps is not None:
         SpsTable.load(sps)  # validates, with the file named in any error
     out = Path(out)

@@ -21,6 +21,7 @@ import torch
 from safetensors.torch import load_file
 
 from draft_models import DSparkDraft
+from draft_models.sts import read_temperatures
 
 from .decoder import SpeculativeDecoder
 from .export import read_checkpoint
@@ -50,9 +51,7 @@ def load_decoder(checkpoint: Path, target_dir: Path | None = None, *, scheduler:
     if draft is None:
         raise NotImplementedError("EAGLE-3 drafts are not decoded by the reference decoder yet")
     draft.load_state_dict(load_file(str(Path(checkpoint) / "draft" / "model.safetensors")), strict=True)
-    temps = None
-    if sts is not None:
-        temps = json.loads(Path(sts).read_text()).get("temperatures")
+    temps = read_temperatures(sts, cfg.block_size) if sts is not None else None
     table = SpsTable.load(sps) if sps is not None else None
     decoder = SpeculativeDecoder(target, draft, scheduler=scheduler, sps=table, sts_temperatures=temps,
                                  block_size=block_size)

@@ -133,3 +133,12 @@ def test_generate_cli_is_lossless_and_checks_its_target(checkpoint, tmp_path, ca
     assert "trained for a different target" in capsys.readouterr().err
     assert generate_main(["--checkpoint", checkpoint, "--prompt", "hi", "--block-size", "9"]) == 2
     assert "larger than the draft was trained for" in capsys.readouterr().err
+
+
+def test_generate_refuses_a_malformed_sts_file(checkpoint, tmp_path, capsys):
+    from serving.generate import main as generate_main
+
+    sts = tmp_path / "sts.json"
+    sts.write_text("[1.0, 1.0]")
+    assert generate_main(["--checkpoint", checkpoint, "--prompt", "hi", "--sts", str(sts)]) == 2
+    assert f"STS file {sts}: expected 'temperatures', 4 numbers > 0" in capsys.readouterr().err
