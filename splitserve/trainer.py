@@ -114,9 +114,10 @@ class DraftTrainer:
             raise ValueError(f"a step takes {b * self.cfg.grad_accum} samples, got {len(samples)}")
         lr = self.scheduler.get_last_lr()[0]
         totals = {"loss": 0.0, "ce": 0.0, "distill": 0.0, "conf": 0.0}
-        tokens = blocks = 0
-        c_star, top1, count, taus = None, None, None, []
-        empty = 0
+        tokens = blocks = empty = 0
+        gamma = self.draft_cfg.block_size
+        count, c_star_sum, top1_sum = (torch.zeros(gamma, dtype=torch.float64) for _ in range(3))
+        taus = []
         for i in range(0, len(samples), b):
             res, batch = self._loss(samples[i:i + b], sample_ids[i:i + b])
             if res is None:
@@ -132,17 +133,16 @@ class DraftTrainer:
             tokens += sum(int(s.input_ids.numel()) for s in samples[i:i + b])
             blocks += batch.num_blocks
             w = torch.tensor(res.count, dtype=torch.float64)
-            c_star = w * torch.tensor(res.c_star) + (0 if c_star is None else c_star)
-            top1 = w * torch.tensor(res.top1) + (0 if top1 is None else top1)
-            count = w + (0 if count is None else count)
-            taus.append(res.sim_tau)
+            count += w
+            c_star_sum += w * torch.tensor(res.c_star, dtype=torch.float64)
+            top1_sum += w * torch.tensor(res.top1, dtype=torch.float64)
+            if not math.isnan(res.sim_tau):
+                taus.append(res.sim_tau)
         self.step += 1
-        if count is None:
-            count = c_star = top1 = torch.zeros(self.draft_cfg.block_size, dtype=torch.float64)
         denom = count.clamp(min=1)
         return {**totals, "lr": lr, "tokens": tokens, "blocks": blocks, "empty_micro_batches": empty,
-                "c_star": (c_star / denom).tolist(), "top1": (top1 / denom).tolist(),
-                "sim_tau": float(np.nanmean(taus)) if taus and not all(math.isnan(t) for t in taus) else float("nan")}
+                "c_star": (c_star_sum / denom).tolist(), "top1": (top1_sum / denom).tolist(),
+                "sim_tau": sum(taus) / len(taus) if taus else float("nan")}
 
     @torch.no_grad()
     def evaluate(self, samples: Sequence[SequenceSample], sample_ids: Sequence[int]) -> Optional[dict]:
