@@ -24,11 +24,10 @@ from hydra import compose, initialize_config_dir
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from splitserve.train import run  # noqa: E402
+from splitserve.train import run, wait_fraction  # noqa: E402
 
 
 def side(stats: list[dict], wait_key: str) -> dict:
-    wall = sum(s["wall_s"] for s in stats)
     samples = sum(s["samples"] for s in stats)
     tokens = sum(s["tokens"] for s in stats)
     per_worker_wall = max(s["wall_s"] for s in stats)
@@ -38,7 +37,7 @@ def side(stats: list[dict], wait_key: str) -> dict:
         "tokens": tokens,
         "samples_per_s": samples / max(per_worker_wall, 1e-9),
         "tokens_per_s": tokens / max(per_worker_wall, 1e-9),
-        f"{wait_key}_frac": sum(s[wait_key] for s in stats) / max(wall, 1e-9),
+        f"{wait_key}_frac": wait_fraction(stats, wait_key),
     }
 
 

@@ -43,7 +43,7 @@ class DecodeResult:
         return len(self.accept_lengths)
 
 
-def _truncate(cache: DynamicCache, length: int) -> None:
+def truncate_cache(cache: DynamicCache, length: int) -> None:
     """Keep the first `length` positions (transformers 5: crop(-n) removes the last n)."""
     remove = cache.get_seq_length() - length
     if remove > 0:
@@ -156,7 +156,7 @@ class SpeculativeDecoder:
             emitted = drafts[:accepted] + [bonus]
             if eos_token_id is not None and eos_token_id in emitted:
                 emitted = emitted[: emitted.index(eos_token_id) + 1]
-            _truncate(cache, pos + accepted + 1)  # drop the target states of rejected tokens
+            truncate_cache(cache, pos + accepted + 1)  # drop the target states of rejected tokens
             if self.draft is not None:
                 ctx_kv = self._extend_context(ctx_kv, feats[: accepted + 1], pos)
             out.token_ids += emitted

@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, DynamicCache
 
-from .decoder import _truncate
+from .decoder import truncate_cache
 from .sps import SpsTable
 
 
@@ -46,7 +46,7 @@ def profile(target, widths: list[int], context: int, repeats: int, device) -> Sp
                 if device.type == "cuda":
                     torch.cuda.synchronize()
                 times.append(time.perf_counter() - t0)
-                _truncate(cache, context)
+                truncate_cache(cache, context)
             rates.append(1.0 / statistics.median(times[1:]))
     return SpsTable(list(widths), rates, widths[-1])
 

@@ -26,7 +26,6 @@ from .targets import check_tokenizer, load_target_spec, prepare_target_dir
 from .topology import Topology
 
 
-
 def resolve_device(cfg: RunConfig) -> str:
     if cfg.split.device != "auto":
         if cfg.split.device == "cuda" and not torch.cuda.is_available():
@@ -93,6 +92,13 @@ def _discard_if_fresh(run_dir: Path) -> None:
         shutil.rmtree(run_dir, ignore_errors=True)
 
 
+def wait_fraction(worker_stats: list[dict], key: str) -> Optional[float]:
+    """Share of the workers' wall time spent in `key` (data wait, credit wait); None if no worker."""
+    if not worker_stats:
+        return None
+    return sum(s[key] for s in worker_stats) / max(sum(s["wall_s"] for s in worker_stats), 1e-9)
+
+
 def summarize(run_dir: Path) -> dict:
     lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
     steps = [x for x in lines if "event" not in x]
@@ -105,10 +111,8 @@ def summarize(run_dir: Path) -> dict:
         "run_dir": str(run_dir), "steps": last.get("step"), "first_loss": first.get("loss"),
         "last_loss": last.get("loss"), "sim_tau": last.get("sim_tau"), "eval_sim_tau": last.get("eval_sim_tau"),
         "eval_loss": last.get("eval_loss"),
-        "trainer_data_wait_frac": (sum(t["wait_s"] for t in trainers) / max(sum(t["wall_s"] for t in trainers), 1e-9))
-        if trainers else None,
-        "target_credit_wait_frac": (sum(t["credit_wait_s"] for t in targets) / max(sum(t["wall_s"] for t in targets), 1e-9))
-        if targets else None,
+        "trainer_data_wait_frac": wait_fraction(trainers, "wait_s"),
+        "target_credit_wait_frac": wait_fraction(targets, "credit_wait_s"),
     }
     checkpoints = sorted(ckpt.checkpoint_root(run_dir).glob("step-*"))
     out["checkpoint"] = str(checkpoints[-1]) if checkpoints else None

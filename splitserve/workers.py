@@ -9,6 +9,7 @@ process also joins a data-plane process group over a shared TCPStore, targets fi
 from __future__ import annotations
 
 import datetime
+import functools
 import json
 import math
 import os
@@ -53,13 +54,11 @@ class RunContext:
     def conversation(self, g: int) -> Conversation:
         if g < 0:
             return self.eval_prompts[-g - 1]
-        return self._stream[g]
+        return self.prompt_stream[g]
 
-    @property
-    def _stream(self) -> PromptStream:
-        if not hasattr(self, "_prompt_stream"):
-            self._prompt_stream = PromptStream(self.train_prompts, self.cfg.data.shuffle_seed)
-        return self._prompt_stream
+    @functools.cached_property
+    def prompt_stream(self) -> PromptStream:
+        return PromptStream(self.train_prompts, self.cfg.data.shuffle_seed)
 
 
 def gpu_of(ctx: RunContext, role: str, index: int) -> int:
