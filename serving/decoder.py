@@ -1,42 +1,53 @@
-"""Reference speculative decoder, batch 1: an HF causal-LM target + a DSpark / DFlash draft (or none).
+"""Reference speculative decoder, batch 1: an HF causal-LM target + a DSpark, DFlash or EAGLE-3
+draft (or none).
 
 One step: the draft proposes gamma tokens for the block opened by the last emitted token (the
-anchor) from the target states of all committed positions; the scheduler picks how many to
-verify; the target verifies them in one forward over its KV cache; the longest acceptable prefix
-plus one bonus token is emitted; the target cache is cropped back past rejected tokens and the
-draft's injected context grows by the committed positions only.
+anchor) from the target states of committed positions; the scheduler picks how many of them may
+be accepted; the target verifies the anchor and the drafts in one forward over its KV cache; the
+longest acceptable prefix plus one bonus token is emitted; the target cache is cropped back past
+rejected tokens and the draft's context grows by the committed positions only.
 
 Lossless: greedy accepts a draft token only if it equals the target's argmax, and the bonus is
 the target's argmax, so the output is the target's greedy decoding; with temperature, draft token
 d ~ q is accepted with probability min(1, p(d) / q(d)) and a rejection resamples from
 norm(max(0, p - q)), the bonus from p, which leaves the target's distribution exactly.
 
-Limits of this reference (recorded, not hidden): one request at a time, Python control flow
-(no CUDA-graph shaping yet), targets with a standard KV cache (not yet KDA/linear-attention
-state staging), EAGLE-3 chains not yet decoded.
+Step shape (so a CUDA-graph path can follow without a rewrite): the draft always proposes gamma
+tokens; the verify input is padded to one of `verify_widths` (padding = the remaining draft
+tokens, masked out of acceptance, their cache entries cropped); the schedule, the acceptance
+count and the bonus token stay device tensors. With a single verify width the only host read of
+a step is the emitted tokens (which also gives the cache crop length). With several widths the
+decoder reads the scheduled length once to pick the width, as a graph-bucket choice must.
+Not yet: targets with linear-attention (KDA) state, which cannot be cropped; they are refused.
 """
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 import torch
 from transformers import DynamicCache
 
-from draft_models import DSparkDraft
-from draft_models.packed_attention import TokenIndex
-
 from splitserve.capture import capture_states
 
-from .scheduler import SchedulerConfig, schedule
+from .proposers import make_proposer, pick
+from .scheduler import SchedulerConfig, single_request_length
+
+# transformers >= 5.2x renames `past_key_values` to `cache`; older releases (the GPU image has
+# 5.17) only know the old name, so we keep it and silence the rename notice.
+warnings.filterwarnings("ignore", message=".*past_key_values.*deprecated", category=FutureWarning)
 
 
 @dataclass
 class DecodeResult:
     token_ids: list[int]
     accept_lengths: list[int] = field(default_factory=list)  # tokens emitted per step (bonus included)
-    verified: list[int] = field(default_factory=list)  # draft tokens sent to verification per step
+    verified: list[int] = field(default_factory=list)  # draft tokens allowed into acceptance per step
+    accepted: list[int] = field(default_factory=list)  # draft tokens accepted per step
+    widths: list[int] = field(default_factory=list)  # tokens the target ran per step (anchor + drafts + padding)
+    confidence_logits: list[list[float]] = field(default_factory=list)  # raw, per step (record_confidence=True)
 
     @property
     def steps(self) -> int:
@@ -50,135 +61,150 @@ def truncate_cache(cache: DynamicCache, length: int) -> None:
         cache.crop(-remove)
 
 
-def _pick(logits: torch.Tensor, temperature: float, generator: Optional[torch.Generator]):
-    """(token, probabilities used) from logits [V]; greedy when temperature == 0."""
+def accept_block(drafts: torch.Tensor, dists: Optional[torch.Tensor], logits: torch.Tensor, n_verify: torch.Tensor,
+                 temperature: float, generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """(accepted count, tokens [W]) for drafts [W-1], target logits [W, V], all on one device;
+    only drafts[:n_verify] may be accepted. tokens[:accepted] are the accepted drafts and
+    tokens[accepted] the bonus (resampled from the residual after a rejection)."""
+    w = logits.shape[0]
+    if w == 1:  # nothing to verify: the bonus alone
+        return torch.zeros((), dtype=torch.long, device=logits.device), pick(logits[0], temperature, generator)[0]
+    allowed = torch.arange(w - 1, device=logits.device) < n_verify
     if temperature == 0:
-        return int(logits.argmax()), None
-    probs = torch.softmax(logits.double() / temperature, -1)
-    return int(torch.multinomial(probs, 1, generator=generator)), probs
+        target_tokens = logits.argmax(-1)
+        ok = (drafts == target_tokens[:-1]) & allowed
+        accepted = torch.cumprod(ok.long(), 0).sum()
+        bonus = target_tokens[accepted]
+    else:
+        p = torch.softmax(logits.double() / temperature, -1)
+        rows = torch.arange(w - 1, device=logits.device)
+        ratio = p[rows, drafts] / dists[rows, drafts]
+        u = torch.rand(w - 1, generator=generator, dtype=torch.float64, device=logits.device)
+        accepted = torch.cumprod(((u < ratio) & allowed).long(), 0).sum()
+        residual = torch.cat((torch.clamp(p[:-1] - dists, min=0), p.new_zeros(1, p.shape[1])))
+        rejected = accepted < n_verify
+        dist = torch.where(rejected, residual[accepted], p[accepted])
+        bonus = torch.multinomial(dist / dist.sum(), 1, generator=generator)[0]
+    slots = torch.arange(w, device=logits.device)
+    tokens = torch.where(slots < accepted, torch.cat((drafts, drafts[:1])), bonus)
+    return accepted, tokens
 
 
 class SpeculativeDecoder:
-    def __init__(self, target, draft: Optional[DSparkDraft], *, scheduler: SchedulerConfig = SchedulerConfig("fixed"),
+    def __init__(self, target, draft=None, *, scheduler: SchedulerConfig = SchedulerConfig("fixed"),
                  sps: Optional[Callable[[int], float]] = None, sts_temperatures: Optional[list[float]] = None,
-                 block_size: Optional[int] = None) -> None:
+                 block_size: Optional[int] = None, verify_widths: Optional[Sequence[int]] = None) -> None:
         self.target = target.eval()
+        self.device = next(target.parameters()).device
+        if any("linear" in str(t) for t in getattr(target.config, "layer_types", None) or []):
+            raise NotImplementedError(
+                f"{target.config.model_type}: linear-attention (KDA) layers keep a recurrent state the decoder "
+                "cannot crop after a rejection; per-position state staging is not implemented yet")
         self.draft = draft.eval() if draft is not None else None
-        self.scheduler, self.sps = scheduler, sps
+        self.scheduler = scheduler
+        self.gamma, self.layer_ids, self.sps_by_width = 0, [], None
         if draft is not None:
             cfg = draft.cfg
-            if cfg.arch == "eagle3":
-                raise NotImplementedError("EAGLE-3 chain decoding is not implemented in the reference decoder yet")
             self.gamma = block_size or cfg.block_size
             if self.gamma > cfg.block_size:
                 raise ValueError(f"block_size={self.gamma} is larger than the draft was trained for ({cfg.block_size})")
             if scheduler.mode != "fixed" and not cfg.confidence_head:
                 raise ValueError(f"scheduler.mode={scheduler.mode} needs a confidence head; this draft has none")
-            self.sts = torch.tensor(sts_temperatures or [1.0] * cfg.block_size, dtype=torch.float64)
+            self.sts = torch.tensor(sts_temperatures or [1.0] * cfg.block_size, dtype=torch.float64, device=self.device)
             if self.sts.numel() != cfg.block_size:
                 raise ValueError(f"STS file has {self.sts.numel()} temperatures, the draft has block size {cfg.block_size}")
+            if scheduler.mode == "prefix":
+                if sps is None:
+                    raise ValueError("scheduler.mode=prefix needs an SPS table (steps per second by verify width)")
+                self.sps_by_width = torch.tensor([0.0] + [sps(w) for w in range(1, self.gamma + 2)],
+                                                 dtype=torch.float64, device=self.device)
             self.layer_ids = cfg.target_layer_ids
-        else:
-            self.gamma, self.layer_ids = 0, []
+        widths = sorted(set(verify_widths)) if verify_widths else list(range(1, self.gamma + 2))
+        if widths[-1] != self.gamma + 1 or widths[0] < 1:
+            raise ValueError(f"verify_widths {widths} must be >= 1 and end at gamma + 1 = {self.gamma + 1}")
+        self.verify_widths = widths
 
-    # ----- target side -----
-    def _target_forward(self, ids: list[int], start: int, cache: DynamicCache):
-        """Logits [n, V] and captured draft features [n, m*H] for tokens at positions start..start+n-1."""
-        x = torch.tensor([ids])
-        pos = torch.arange(start, start + len(ids))[None]
+    def _target_forward(self, ids: torch.Tensor, start: int, cache: DynamicCache):
+        """Logits [n, V] and captured draft features [n, m*H] for token ids [n] at positions start.."""
+        pos = torch.arange(start, start + ids.shape[0], device=self.device)[None]
         with capture_states(self.target, self.layer_ids) as store:
-            out = self.target(input_ids=x, position_ids=pos, past_key_values=cache, use_cache=True)
+            out = self.target(input_ids=ids[None], position_ids=pos, past_key_values=cache, use_cache=True)
         feats = torch.cat([store["layers"][i][0] for i in self.layer_ids], -1) if self.layer_ids else None
         return out.logits[0].float(), feats
 
-    # ----- draft side -----
-    def _propose(self, anchor: int, pos: int, ctx_kv, ctx_len: int, temperature: float, generator):
-        """Draft tokens [gamma], their distributions (sampling) and prefix survival [gamma]."""
-        d = self.draft
-        cfg = d.cfg
-        slots = cfg.num_slots
-        ids = torch.full((1, slots), cfg.mask_token_id, dtype=torch.long)
-        ids[0, 0] = anchor
-        zeros = torch.zeros(slots, dtype=torch.long)
-        block = TokenIndex(seq=zeros, pos=pos + torch.arange(slots), block=zeros, slot=torch.arange(slots))
-        ctx_index = TokenIndex(seq=torch.zeros(ctx_len, dtype=torch.long), pos=torch.arange(ctx_len),
-                               block=torch.full((ctx_len,), -1), slot=torch.full((ctx_len,), -1))
-        hidden = d.backbone(ids, block, ctx_kv, ctx_index)[0]
-        if not cfg.samples_from_anchor:
-            hidden = hidden[1:]
-        head = d.sequential_head
-        state = head.init_state(1, hidden) if head is not None else None
-        tokens, dists, conf = [], [], []
-        prev = torch.tensor([anchor])
-        for k in range(self.gamma):
-            logits = d.target_head.logits(hidden[k:k + 1])[0].float()
-            if head is not None:
-                z, state = head.step(state, prev, hidden[k:k + 1])
-                logits = logits + head.markov_w2(z)[0].float()
-            if cfg.confidence_head:
-                prev_emb = head.prev_embedding(prev) if head is not None else None
-                raw = d.confidence_head(hidden[k:k + 1], prev_emb)[0].double()
-                conf.append(torch.sigmoid(raw / self.sts[k]))
-            token, probs = _pick(logits, temperature, generator)
-            tokens.append(token)
-            dists.append(probs)
-            prev = torch.tensor([token])
-        survival = torch.cumprod(torch.stack(conf), 0) if conf else torch.ones(self.gamma, dtype=torch.float64)
-        return tokens, dists, survival
+    def _width_for(self, n_verify: torch.Tensor) -> int:
+        if len(self.verify_widths) == 1:
+            return self.verify_widths[0]
+        need = int(n_verify) + 1  # the one host read a multi-width (bucketed) step makes
+        return next(w for w in self.verify_widths if w >= need)
 
-    def _extend_context(self, ctx_kv, feats: torch.Tensor, start: int):
-        states = self.draft.hidden_norm(self.draft.fuse_context(feats))
-        new = self.draft.context_kv(states, torch.arange(start, start + feats.shape[0]))
-        if ctx_kv is None:
-            return new
-        return [(torch.cat((k0, k1)), torch.cat((v0, v1))) for (k0, v0), (k1, v1) in zip(ctx_kv, new)]
-
-    # ----- the loop -----
     @torch.no_grad()
     def generate(self, prompt_ids: list[int], max_new_tokens: int, *, temperature: float = 0.0,
-                 eos_token_id: Optional[int] = None, seed: int = 0) -> DecodeResult:
-        generator = torch.Generator().manual_seed(seed) if temperature > 0 else None
+                 eos_token_id: Optional[int] = None, seed: int = 0, record_confidence: bool = False) -> DecodeResult:
+        """`record_confidence` keeps each step's raw confidence logits (an extra host read per
+        step; for calibration only)."""
+        if not prompt_ids:
+            raise ValueError("prompt_ids is empty")
+        generator = torch.Generator(self.device).manual_seed(seed) if temperature > 0 else None
         cache = DynamicCache()
-        logits, feats = self._target_forward(list(prompt_ids), 0, cache)
-        anchor, _ = _pick(logits[-1], temperature, generator)
-        out = DecodeResult(token_ids=[anchor])
+        prompt = torch.tensor(prompt_ids, device=self.device)
+        logits, feats = self._target_forward(prompt, 0, cache)
+        anchor, _ = pick(logits[-1], temperature, generator)
+        proposer = None
+        if self.draft is not None:
+            proposer = make_proposer(self.draft, self.gamma, self.sts)
+            proposer.commit(feats, prompt, 0)
+        out = DecodeResult(token_ids=[int(anchor)])
         pos = len(prompt_ids)  # position of the anchor (not yet in the target cache)
-        ctx_kv = self._extend_context(None, feats, 0) if self.draft is not None else None
-        while len(out.token_ids) < max_new_tokens and anchor != eos_token_id:
-            if self.draft is not None:
-                drafts, dists, survival = self._propose(anchor, pos, ctx_kv, pos, temperature, generator)
-                n_verify = schedule(survival[None], self.scheduler, self.sps)[0]
-                n_verify = min(n_verify, max_new_tokens - len(out.token_ids))
+        while len(out.token_ids) < max_new_tokens and out.token_ids[-1] != eos_token_id:
+            budget = max_new_tokens - len(out.token_ids)
+            if proposer is not None:
+                drafts, dists, survival = proposer.propose(anchor, pos, temperature, generator)
+                n_verify = torch.clamp(single_request_length(survival, self.scheduler, self.sps_by_width), max=budget)
             else:
-                drafts, dists, n_verify = [], [], 0
-            logits, feats = self._target_forward([anchor] + drafts[:n_verify], pos, cache)
-            accepted, bonus = self._accept(drafts[:n_verify], dists, logits, temperature, generator)
-            emitted = drafts[:accepted] + [bonus]
+                drafts, dists, n_verify = anchor[:0], None, torch.zeros((), dtype=torch.long, device=self.device)
+            width = self._width_for(n_verify) if proposer is not None else 1
+            logits, feats = self._target_forward(torch.cat((anchor, drafts[: width - 1])), pos, cache)
+            accepted, tokens = accept_block(drafts[: width - 1], None if dists is None else dists[: width - 1],
+                                            logits, n_verify, temperature, generator)
+            packed = torch.cat((accepted.view(1), n_verify.view(1).to(accepted), tokens)).tolist()  # the host read
+            n_acc, n_ver, emitted = packed[0], packed[1], packed[2: 3 + packed[0]]
             if eos_token_id is not None and eos_token_id in emitted:
                 emitted = emitted[: emitted.index(eos_token_id) + 1]
-            truncate_cache(cache, pos + accepted + 1)  # drop the target states of rejected tokens
-            if self.draft is not None:
-                ctx_kv = self._extend_context(ctx_kv, feats[: accepted + 1], pos)
+            truncate_cache(cache, pos + n_acc + 1)  # drop the target states of rejected and padding tokens
+            if proposer is not None:
+                proposer.commit(feats[: n_acc + 1], torch.cat((anchor, drafts[:n_acc])), pos)
             out.token_ids += emitted
             out.accept_lengths.append(len(emitted))
-            out.verified.append(n_verify)
-            pos += accepted + 1
-            anchor = emitted[-1]
+            out.verified.append(n_ver)
+            out.accepted.append(n_acc)
+            out.widths.append(width)
+            if record_confidence and proposer is not None and proposer.confidence_logits is not None:
+                out.confidence_logits.append(proposer.confidence_logits.tolist())
+            pos += n_acc + 1
+            anchor = tokens[n_acc: n_acc + 1]
         out.token_ids = out.token_ids[:max_new_tokens]
         return out
 
-    @staticmethod
-    def _accept(drafts, dists, logits, temperature, generator) -> tuple[int, int]:
-        """(number of draft tokens accepted, bonus token) for target logits [len(drafts) + 1, V]."""
-        for k, d in enumerate(drafts):
-            if temperature == 0:
-                if int(logits[k].argmax()) != d:
-                    return k, int(logits[k].argmax())
-                continue
-            p = torch.softmax(logits[k].double() / temperature, -1)
-            q = dists[k]
-            if torch.rand((), generator=generator, dtype=torch.float64) >= torch.clamp(p[d] / q[d], max=1.0):
-                residual = torch.clamp(p - q, min=0)
-                return k, int(torch.multinomial(residual / residual.sum(), 1, generator=generator))
-        token, _ = _pick(logits[len(drafts)], temperature, generator)
-        return len(drafts), token
+    @torch.no_grad()
+    def draft_step_seconds(self, prompt_ids: list[int], repeats: int = 10) -> float:
+        """Median wall time of one draft proposal (gamma tokens) over the prompt's context."""
+        import statistics
+        import time
+
+        if self.draft is None:
+            return 0.0
+        logits, feats = self._target_forward(torch.tensor(prompt_ids, device=self.device), 0, DynamicCache())
+        proposer = make_proposer(self.draft, self.gamma, self.sts)
+        proposer.commit(feats, torch.tensor(prompt_ids, device=self.device), 0)
+        anchor = logits[-1:].argmax(-1)
+        times = []
+        for _ in range(repeats + 1):  # the first is a warm-up
+            if self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)
+            t0 = time.perf_counter()
+            proposer.propose(anchor, len(prompt_ids), 0.0, None)
+            if self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)
+            times.append(time.perf_counter() - t0)
+        return statistics.median(times[1:])

@@ -74,3 +74,20 @@ def schedule(survival: torch.Tensor, cfg: SchedulerConfig, sps: Optional[Callabl
     if sps is None:
         raise ValueError("scheduler.mode=prefix needs an SPS table (steps per second by verify width)")
     return prefix_schedule(survival, sps)
+
+
+def single_request_length(survival: torch.Tensor, cfg: SchedulerConfig, sps_by_width: Optional[torch.Tensor]) -> torch.Tensor:
+    """The same decision for one request, computed on survival's device as a 0-d tensor (no host
+    read, so a decode step can run ahead of the host). `sps_by_width[w]` = SPS(w) for w in
+    0..gamma+1 (index 0 unused). For R = 1, Algorithm 1 visits slots in order and admits slot l
+    while (1 + a_0 + ... + a_l) * SPS(l + 2) beats the value without it."""
+    gamma = survival.shape[0]
+    if cfg.mode == "fixed":
+        return torch.tensor(gamma if cfg.length is None else cfg.length, device=survival.device)
+    if cfg.mode == "threshold":
+        return torch.cumprod((survival >= cfg.threshold).long(), 0).sum()
+    if sps_by_width is None:
+        raise ValueError("scheduler.mode=prefix needs an SPS table (steps per second by verify width)")
+    tau = torch.cat((survival.new_ones(1), 1 + torch.cumsum(survival.double(), 0)))  # l = 0..gamma
+    value = tau * sps_by_width[1: gamma + 2].to(tau)
+    return torch.cumprod((value[1:] > value[:-1]).long(), 0).sum()

@@ -34,6 +34,10 @@ class TargetConfig:
     tp_size: int = 1  # tensor parallel size inside one target worker (sglang backend)
     regenerate: bool = True  # replace dataset answers with the target's own responses
     max_new_tokens: int = 128
+    # Samples regenerated together in one left-padded generate call (hf backend). 1 keeps one
+    # sequence per call; larger batches keep a GPU target busy. Batches are cut from the worker's
+    # sample list counted from step 0, so a resumed run regenerates the same batches.
+    generate_batch: int = 1
     sampling: list[SamplingSetting] = field(default_factory=lambda: [SamplingSetting()])
     # The draft.target_layer_ids this target is meant to be distilled from (recipes point
     # draft.target_layer_ids here); ids count decoder layers from 0 and name a layer's *output*,
@@ -71,7 +75,7 @@ class SplitConfig:
     colocated: bool = False  # one process runs target and trainer (the single-process reference)
     window: int = 4  # samples in flight per target->trainer route (back-pressure bound)
     device: str = "auto"  # auto | cpu | cuda
-    master_port: int = 0  # 0: pick free ports
+    master_port: int = 0  # 0: pick free ports; else the data-plane store uses +1 and the trainer world +2
 
 
 @dataclass
@@ -90,6 +94,10 @@ class TrainConfig:
     checkpoint_every: int = 20
     keep_checkpoints: int = 2
     eval_every: int = 0  # 0: only at the end
+    # Real acceptance at each evaluation: trainer rank 0 decodes this many held-out prompts with
+    # the live draft (loads its own copy of the target: small targets only; 0 = off).
+    decode_eval_prompts: int = 0
+    decode_eval_tokens: int = 64  # new tokens per decoded prompt
     run_dir: Optional[str] = None  # null: Hydra's output directory
     resume: bool = True  # continue from the newest complete checkpoint in run_dir, if any
     threads_per_proc: int = 1  # CPU threads for each worker process
@@ -129,6 +137,11 @@ class RunConfig:
                 raise bad("data.sources[].kind", s.kind, ", ".join(SOURCE_KINDS))
         if self.data.max_length < self.draft.block_size + 2:
             raise bad("data.max_length", self.data.max_length, f"at least block_size + 2 = {self.draft.block_size + 2}")
+        if self.target.generate_batch < 1:
+            raise bad("target.generate_batch", self.target.generate_batch, "an integer >= 1")
+        if self.train.decode_eval_prompts < 0 or self.train.decode_eval_tokens < 1:
+            raise bad("train.decode_eval_prompts / decode_eval_tokens",
+                      (self.train.decode_eval_prompts, self.train.decode_eval_tokens), ">= 0 and >= 1")
         for name in ("steps", "micro_batch", "grad_accum", "num_anchors", "threads_per_proc"):
             if getattr(self.train, name) < 1:
                 raise bad(f"train.{name}", getattr(self.train, name), "an integer >= 1")

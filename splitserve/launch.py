@@ -22,6 +22,9 @@ def free_port() -> int:
 
 
 def launch(ctx: RunContext) -> None:
+    base = ctx.cfg.split.master_port
+    if base:  # fixed ports (runs started side by side cannot race for the same free port)
+        ctx.store_port, ctx.trainer_port = base + 1, base + 2
     ctx.store_port = ctx.store_port or free_port()
     ctx.trainer_port = ctx.trainer_port or free_port()
     spawn = mp.get_context("spawn")

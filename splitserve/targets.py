@@ -180,31 +180,80 @@ class HFTarget:
         ids = torch.tensor(out["input_ids"], dtype=torch.long)
         return ids[-self.max_prompt_tokens:]
 
-    @torch.no_grad()
-    def regenerate(self, g: int, conversation: Conversation) -> tuple[torch.Tensor, torch.Tensor]:
-        """The target answers the conversation's opening turns itself, under sampling setting
-        g mod len(settings), seeded by (seed, g): same sample id, same tokens, in any process."""
-        prompt = self._prompt_ids(prompt_turns(conversation))
-        setting: SamplingSetting = self.cfg.sampling[g % len(self.cfg.sampling)]
-        budget = max(1, min(self.cfg.max_new_tokens, self.max_length - prompt.numel()))
+    def _generate_kwargs(self, setting: SamplingSetting, budget: int) -> dict:
         kwargs = dict(do_sample=setting.temperature > 0, max_new_tokens=budget,
                       pad_token_id=self.tokenizer.pad_token_id or self.tokenizer.eos_token_id)
         if setting.temperature > 0:
             kwargs.update(temperature=setting.temperature, top_p=setting.top_p, top_k=0)
         else:
             kwargs.update(temperature=None, top_p=None, top_k=None)
-        torch.manual_seed((self.seed * 1_000_003 + g) % (1 << 63))
-        out = self.model.generate(prompt[None].to(self.device), **kwargs)[0].cpu()
-        response = out[prompt.numel():]
+        return kwargs
+
+    def _with_mask(self, prompt: torch.Tensor, response: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         ids = torch.cat((prompt, response))
         mask = torch.zeros(ids.numel(), dtype=torch.bool)
         mask[prompt.numel():] = True
         return ids, mask
 
-    def produce(self, g: int, conversation: Conversation) -> SequenceSample:
-        if self.cfg.regenerate:
-            ids, mask = self.regenerate(g, conversation)
-        else:
-            ids, mask = render_with_loss_mask(self.tokenizer, conversation)
+    def _budget(self, prompt: torch.Tensor) -> int:
+        return max(1, min(self.cfg.max_new_tokens, self.max_length - prompt.numel()))
+
+    @torch.no_grad()
+    def regenerate(self, g: int, conversation: Conversation) -> tuple[torch.Tensor, torch.Tensor]:
+        """The target answers the conversation's opening turns itself, under sampling setting
+        g mod len(settings), seeded by (seed, g): same sample id, same tokens, in any process."""
+        prompt = self._prompt_ids(prompt_turns(conversation))
+        setting: SamplingSetting = self.cfg.sampling[g % len(self.cfg.sampling)]
+        torch.manual_seed((self.seed * 1_000_003 + g) % (1 << 63))
+        out = self.model.generate(prompt[None].to(self.device), **self._generate_kwargs(setting, self._budget(prompt)))
+        return self._with_mask(prompt, out[0, prompt.numel():].cpu())
+
+    @torch.no_grad()
+    def regenerate_batch(self, gs: list[int], conversations: list[Conversation]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """`regenerate` for samples of one sampling setting in one left-padded generate call,
+        seeded by (seed, first id): deterministic for a fixed batch composition, which the worker
+        keeps fixed by cutting its sample list into batches counted from step 0."""
+        prompts = [self._prompt_ids(prompt_turns(c)) for c in conversations]
+        setting: SamplingSetting = self.cfg.sampling[gs[0] % len(self.cfg.sampling)]
+        eos = self.tokenizer.eos_token_id
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else eos
+        width = max(p.numel() for p in prompts)
+        ids = torch.full((len(prompts), width), pad, dtype=torch.long)
+        attention = torch.zeros((len(prompts), width), dtype=torch.long)
+        for i, p in enumerate(prompts):
+            ids[i, width - p.numel():] = p
+            attention[i, width - p.numel():] = 1
+        torch.manual_seed((self.seed * 1_000_003 + gs[0]) % (1 << 63))
+        out = self.model.generate(ids.to(self.device), attention_mask=attention.to(self.device),
+                                  **self._generate_kwargs(setting, max(self._budget(p) for p in prompts))).cpu()
+        results = []
+        for i, p in enumerate(prompts):
+            response = out[i, width: width + self._budget(p)]
+            ends = (response == eos).nonzero() if eos is not None else response[:0]
+            if ends.numel():
+                response = response[: int(ends[0]) + 1]  # as unbatched generate: stop after the first EOS
+            results.append(self._with_mask(p, response))
+        return results
+
+    def produce_batch(self, gs: list[int], conversations: list[Conversation]) -> list[SequenceSample]:
+        """Several samples at once: batched regeneration (one generate call per sampling
+        setting), then one capture forward per sample."""
+        if not self.cfg.regenerate or len(gs) == 1:
+            return [self.produce(g, c) for g, c in zip(gs, conversations)]
+        pairs: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        n = len(self.cfg.sampling)
+        for setting in range(n):
+            group = [i for i, g in enumerate(gs) if g % n == setting]
+            if group:
+                done = self.regenerate_batch([gs[i] for i in group], [conversations[i] for i in group])
+                pairs.update(zip(group, done))
+        return [self._capture(*pairs[i]) for i in range(len(gs))]
+
+    def _capture(self, ids: torch.Tensor, mask: torch.Tensor) -> SequenceSample:
         ids, mask = ids[: self.max_length], mask[: self.max_length]
         return target_sample(self.model, ids.to(self.device), mask.to(self.device), self.layer_ids)
+
+    def produce(self, g: int, conversation: Conversation) -> SequenceSample:
+        if self.cfg.regenerate:
+            return self._capture(*self.regenerate(g, conversation))
+        return self._capture(*render_with_loss_mask(self.tokenizer, conversation))

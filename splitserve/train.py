@@ -110,7 +110,7 @@ def summarize(run_dir: Path) -> dict:
     out = {
         "run_dir": str(run_dir), "steps": last.get("step"), "first_loss": first.get("loss"),
         "last_loss": last.get("loss"), "sim_tau": last.get("sim_tau"), "eval_sim_tau": last.get("eval_sim_tau"),
-        "eval_loss": last.get("eval_loss"),
+        "eval_loss": last.get("eval_loss"), "eval_real_tau": last.get("eval_real_tau"),
         "trainer_data_wait_frac": wait_fraction(trainers, "wait_s"),
         "target_credit_wait_frac": wait_fraction(targets, "credit_wait_s"),
     }

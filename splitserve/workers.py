@@ -24,6 +24,7 @@ import torch.distributed as dist
 from . import checkpoint as ckpt
 from .config import RunConfig
 from .data import Conversation, PromptStream
+from .decode_probe import DecodeProbe
 from .targets import HFTarget, load_frozen_head, load_target_spec
 from .topology import Topology
 from .trainer import DraftTrainer
@@ -105,6 +106,25 @@ def _write_json(path: Path, data: dict) -> None:
     os.replace(tmp, path)
 
 
+class BatchedProducer:
+    """produce(g) for a worker that makes samples `size` at a time: the batches are fixed slices of
+    its whole sample list (from step 0), so resuming at any step regenerates the same batches
+    (whole, for the same seeds and padding) and keeps only the samples still `needed`."""
+
+    def __init__(self, produce_batch, order: list[int], needed: set[int], size: int) -> None:
+        self.produce_batch, self.size, self.needed = produce_batch, size, needed
+        self.order = order
+        self.position = {g: i for i, g in enumerate(order)}
+        self.ready: dict[int, object] = {}
+
+    def __call__(self, g: int):
+        if g not in self.ready:
+            k = self.position[g] // self.size
+            members = self.order[k * self.size:(k + 1) * self.size]
+            self.ready.update((m, s) for m, s in zip(members, self.produce_batch(members)) if m in self.needed)
+        return self.ready.pop(g)
+
+
 def target_main(index: int, ctx: RunContext) -> None:
     """Target worker `index`: produce its samples in order and send them against credits."""
     _setup_threads(ctx)
@@ -113,10 +133,14 @@ def target_main(index: int, ctx: RunContext) -> None:
     target = make_target(ctx, device, ctx.target_layer_ids)
     t = ctx.topology
     wire = torch.device("cpu") if ctx.link_backend == "gloo" else device
-    ids = t.target_samples(index, ctx.start_step, ctx.cfg.train.steps)
+    ids = list(t.target_samples(index, ctx.start_step, ctx.cfg.train.steps))
+    produce = lambda g: target.produce(g, ctx.conversation(g))  # noqa: E731
+    if ctx.cfg.target.generate_batch > 1 and hasattr(target, "produce_batch"):
+        everything = list(t.target_samples(index, 0, ctx.cfg.train.steps))
+        produce = BatchedProducer(lambda gs: target.produce_batch(gs, [ctx.conversation(g) for g in gs]),
+                                  everything, set(ids), ctx.cfg.target.generate_batch)
     start = time.perf_counter()
-    stats = serve_samples(pg, ids, lambda g: t.num_targets + t.route(g)[1],
-                          lambda g: target.produce(g, ctx.conversation(g)), wire)
+    stats = serve_samples(pg, ids, lambda g: t.num_targets + t.route(g)[1], produce, wire)
     stats["wall_s"] = time.perf_counter() - start
     _write_json(Path(ctx.run_dir) / "stats" / f"target{index}.json", stats)
 
@@ -264,6 +288,10 @@ def train_loop(trainer: DraftTrainer, ctx: RunContext, rank: int, next_sample, t
     t = ctx.topology
     eval_set = [next_sample() for _ in t.eval_ids(rank)]
     log = StepLog(ctx, cfg.steps, ctx.start_step) if rank == 0 else None
+    probe = None
+    if rank == 0 and cfg.decode_eval_prompts:
+        probe = DecodeProbe(ctx.model_dir, ctx.eval_prompts[: cfg.decode_eval_prompts], cfg.decode_eval_tokens,
+                            trainer.device)
     b = cfg.micro_batch * cfg.grad_accum
     totals = {"wait_s": 0.0, "compute_s": 0.0, "samples": 0, "tokens": 0,
               "sample_ids": [g for g, _ in eval_set]}
@@ -296,6 +324,8 @@ def train_loop(trainer: DraftTrainer, ctx: RunContext, rank: int, next_sample, t
                 ev = trainer.evaluate([s.to_device(trainer.device) for _, s in eval_set], [g for g, _ in eval_set])
                 vals = _allreduce_mean([ev["eval_loss"], ev["eval_sim_tau"]] if ev else [float("nan")] * 2)
                 record.update(eval_loss=vals[0], eval_sim_tau=vals[1])
+                if probe is not None:
+                    record.update(probe(trainer.draft))
             if log is not None:
                 log.write(record)
                 log.progress(record)

@@ -3,7 +3,7 @@ the draft proposes; sampling reproduces the target's distribution."""
 
 import pytest
 import torch
-from transformers import AutoModelForCausalLM, LlamaConfig
+from transformers import AutoModelForCausalLM, DynamicCache, LlamaConfig
 
 from draft_models import DraftConfig, FrozenTargetHead, TargetSpec, build_draft
 from serving.decoder import SpeculativeDecoder
@@ -36,31 +36,34 @@ def reference_greedy(target, prompt, n):
     return out[0, len(prompt):].tolist()
 
 
-class OracleDSpark:
+class OracleProposer:
     """Proposal stand-in: the target's own greedy continuation, correct for the first `good`
     tokens of each block and wrong after, to drive every accept/reject/rollback path."""
 
-    def __init__(self, decoder, target, good):
-        self.decoder, self.target, self.good = decoder, target, good
-        self.history = None
+    def __init__(self, target, gamma, good, history):
+        self.target, self.gamma, self.good, self.history = target, gamma, good, history
 
-    def __call__(self, anchor, pos, ctx_kv, ctx_len, temperature, generator):
-        seq = self.history[: pos] + [anchor]
-        cont = reference_greedy(self.target, seq, self.decoder.gamma)
+    def commit(self, feats, tokens, start):
+        pass
+
+    def propose(self, anchor, pos, temperature, generator):
+        seq = self.history[: pos] + [int(anchor)]
+        cont = reference_greedy(self.target, seq, self.gamma)
         tokens = [t if k < self.good else (t + 1) % self.target.config.vocab_size for k, t in enumerate(cont)]
-        return tokens, [None] * len(tokens), torch.linspace(0.9, 0.5, len(tokens)).double()
+        return torch.tensor(tokens), None, torch.linspace(0.9, 0.5, len(tokens)).double()
 
 
-CASES = [(arch, mode) for arch in ("dspark", "dspark_rnn") for mode in MODES] + [("dflash", MODES[0])]
+CASES = [(arch, mode) for arch in ("dspark", "dspark_rnn") for mode in MODES] + [("dflash", MODES[0]), ("eagle3", MODES[0])]
+DRAFT_KINDS = {"dspark": {}, "dspark_rnn": {"sequential_head": "rnn"},
+               "dflash": {"arch": "dflash", "sequential_head": "none", "confidence_head": False},
+               "eagle3": {"arch": "eagle3", "sequential_head": "none", "confidence_head": False}}
 
 
 @pytest.mark.parametrize("arch,mode", CASES, ids=lambda c: c if isinstance(c, str) else c.mode)
 def test_greedy_output_equals_target_greedy_with_a_random_draft(arch, mode):
-    """(DFlash has no confidence head, so only fixed-length verification applies to it.)"""
+    """(DFlash and EAGLE-3 have no confidence head, so only fixed-length verification applies.)"""
     target = tiny_target()
-    extra = {"dspark": {}, "dspark_rnn": {"sequential_head": "rnn"},
-             "dflash": {"arch": "dflash", "sequential_head": "none", "confidence_head": False}}[arch]
-    dec = SpeculativeDecoder(target, draft_for(target, **extra), scheduler=mode, sps=SPS)
+    dec = SpeculativeDecoder(target, draft_for(target, **DRAFT_KINDS[arch]), scheduler=mode, sps=SPS)
     g = torch.Generator().manual_seed(0)
     for _ in range(4):
         prompt = torch.randint(0, 96, (int(torch.randint(3, 12, (1,), generator=g)),), generator=g).tolist()
@@ -70,15 +73,13 @@ def test_greedy_output_equals_target_greedy_with_a_random_draft(arch, mode):
 
 
 @pytest.mark.parametrize("good", [0, 1, 3, 4])
-def test_accept_and_rollback_paths_with_oracle_proposals(good):
+def test_accept_and_rollback_paths_with_oracle_proposals(good, monkeypatch):
     target = tiny_target()
-    dec = SpeculativeDecoder(target, draft_for(target), scheduler=SchedulerConfig("fixed"))
-    oracle = OracleDSpark(dec, target, good)
-    dec._propose = oracle
     prompt = [5, 17, 42, 8]
     expected = reference_greedy(target, prompt, 30)
-    oracle.history = prompt + expected
-    res = dec.generate(prompt, 30)
+    oracle = OracleProposer(target, 4, good, prompt + expected)
+    monkeypatch.setattr("serving.decoder.make_proposer", lambda *a: oracle)
+    res = SpeculativeDecoder(target, draft_for(target), scheduler=SchedulerConfig("fixed")).generate(prompt, 30)
     assert res.token_ids == expected
     assert all(a == min(good, 4) + 1 for a in res.accept_lengths[:-1])  # accepted prefix + bonus each step
 
@@ -89,7 +90,8 @@ def test_target_only_decoding_is_plain_greedy():
     assert res.token_ids == reference_greedy(target, [1, 2, 3], 25) and set(res.accept_lengths) == {1}
 
 
-def test_sampling_matches_the_target_distribution():
+@pytest.mark.parametrize("arch", ["dspark", "eagle3"])
+def test_sampling_matches_the_target_distribution(arch):
     """Tiny vocabulary, 2 new tokens: the empirical law of (x1, x2) under speculative sampling
     equals the target's exact law (chi-square, fixed seeds)."""
     from scipy.stats import chisquare
@@ -98,7 +100,8 @@ def test_sampling_matches_the_target_distribution():
     target = tiny_target(vocab=vocab, seed=3)
     with torch.no_grad():
         target.lm_head.weight.mul_(20)  # sharpen: a distribution far from uniform, so the test has power
-    dec = SpeculativeDecoder(target, draft_for(target, mask_token_id=5), scheduler=SchedulerConfig("fixed"))
+    dec = SpeculativeDecoder(target, draft_for(target, mask_token_id=5, **DRAFT_KINDS[arch]),
+                             scheduler=SchedulerConfig("fixed"))
     prompt = [1, 2, 3]
     with torch.no_grad():
         p1 = torch.softmax(target(torch.tensor([prompt])).logits[0, -1].double(), -1)
@@ -128,3 +131,62 @@ def test_bad_decoder_inputs():
         SpeculativeDecoder(target, dflash, scheduler=SchedulerConfig("prefix"), sps=SPS)
     with pytest.raises(ValueError, match="STS file has 3 temperatures"):
         SpeculativeDecoder(target, draft_for(target), sts_temperatures=[1.0, 1.0, 1.0])
+    with pytest.raises(ValueError, match="must be >= 1 and end at gamma"):
+        SpeculativeDecoder(target, draft_for(target), verify_widths=[2, 4])
+    with pytest.raises(ValueError, match="needs a confidence head"):
+        SpeculativeDecoder(target, draft_for(target, **DRAFT_KINDS["eagle3"]), scheduler=SchedulerConfig("threshold"))
+
+
+def test_fixed_shape_steps_are_still_lossless():
+    """One verify width (gamma + 1, the CUDA-graph shape): padding drafts beyond the schedule are
+    masked out of acceptance and cropped from the cache."""
+    target = tiny_target()
+    dec = SpeculativeDecoder(target, draft_for(target), scheduler=SchedulerConfig("threshold", threshold=0.3),
+                             verify_widths=[5])
+    prompt = [3, 9, 27, 81]
+    res = dec.generate(prompt, 40)
+    assert res.token_ids == reference_greedy(target, prompt, 40)
+    assert set(res.widths) == {5} and min(res.verified) < 4  # padded steps did occur
+
+
+def test_eagle3_chain_reads_committed_context_only(monkeypatch):
+    """After a decode with rejections, the chain's cache equals one built from the committed text
+    alone, in one piece or in two: no trace of rejected drafts, and commits compose."""
+    from serving.proposers import Eagle3Proposer
+
+    target = tiny_target()
+    draft = draft_for(target, **DRAFT_KINDS["eagle3"])
+    prompt = [4, 8, 15, 16, 23, 42]
+    made = []
+    monkeypatch.setattr("serving.decoder.make_proposer", lambda *a: made.append(Eagle3Proposer(draft, 4)) or made[-1])
+    dec = SpeculativeDecoder(target, draft)
+    res = dec.generate(prompt, 12)
+    assert sum(res.verified) > sum(res.accepted)  # rejections happened
+    committed = torch.tensor(prompt + res.token_ids[:-1])
+    anchor = torch.tensor(res.token_ids[-1:])
+    with torch.no_grad():
+        _, feats = dec._target_forward(committed, 0, DynamicCache())
+        whole, pieces = Eagle3Proposer(draft, 4), Eagle3Proposer(draft, 4)
+        whole.commit(feats, committed, 0)
+        pieces.commit(feats[:8], committed[:8], 0)
+        pieces.commit(feats[8:], committed[8:], 8)
+        a = whole.propose(anchor, len(committed), 0.0, None)[0]
+        b = pieces.propose(anchor, len(committed), 0.0, None)[0]
+    assert torch.allclose(made[0].keys, whole.keys) and torch.allclose(pieces.keys, whole.keys)
+    assert torch.equal(a, b)
+
+
+def test_single_request_schedule_on_device_equals_algorithm_1():
+    from serving.scheduler import prefix_schedule, single_request_length, threshold_schedule
+
+    g = torch.Generator().manual_seed(0)
+    for _ in range(200):
+        gamma = int(torch.randint(1, 9, (1,), generator=g))
+        survival = torch.cumprod(torch.rand(gamma, generator=g, dtype=torch.float64), 0)
+        rates = sorted(torch.rand(gamma + 1, generator=g).tolist(), reverse=True)
+        table = SpsTable(list(range(1, gamma + 2)), [100 * r + 1 for r in rates], gamma + 1)
+        by_width = torch.tensor([0.0] + [table(w) for w in range(1, gamma + 2)], dtype=torch.float64)
+        cfg = SchedulerConfig("prefix")
+        assert int(single_request_length(survival, cfg, by_width)) == prefix_schedule(survival[None], table)[0]
+        thr = SchedulerConfig("threshold", threshold=float(torch.rand((), generator=g)))
+        assert int(single_request_length(survival, thr, None)) == threshold_schedule(survival[None], thr.threshold)[0]

@@ -99,3 +99,39 @@ def test_trainer_reads_exactly_the_targets_embedding_and_lm_head(kind, smol_dir)
     torch.testing.assert_close(head.lm_head_weight, model.get_output_embeddings().weight, rtol=0, atol=0)
     tied = head.embed_weight.data_ptr() == head.lm_head_weight.data_ptr()
     assert tied == (kind == "smollm2")
+
+
+def test_batched_regeneration_matches_one_at_a_time(smol_dir):
+    """Greedy: one left-padded generate call over prompts of different lengths gives each sample
+    the tokens, loss mask and captured states of unbatched regeneration."""
+    from splitserve.config import SamplingSetting, TargetConfig
+    from splitserve.data import load_prompts
+    from splitserve.config import DataConfig
+    from splitserve.targets import HFTarget
+
+    cfg = TargetConfig(max_new_tokens=20, sampling=[SamplingSetting(0.0)], generate_batch=3)
+    target = HFTarget(smol_dir, cfg, [3, 15], device="cpu", seed=0, max_length=200, max_prompt_tokens=150)
+    convs = load_prompts(DataConfig()).train[:3]
+    assert len({len(c[0]["content"]) for c in convs}) == 3  # different prompt lengths: padding is exercised
+    batched = target.produce_batch([0, 1, 2], convs)
+    for g, conv, b in zip([0, 1, 2], convs, batched):
+        one = target.produce(g, conv)
+        assert torch.equal(one.input_ids, b.input_ids) and torch.equal(one.loss_mask, b.loss_mask)
+        torch.testing.assert_close(one.aux_hidden, b.aux_hidden)
+
+
+def test_batched_producer_cuts_the_same_batches_after_a_resume():
+    from splitserve.workers import BatchedProducer
+
+    calls = []
+
+    def produce_batch(gs):
+        calls.append(list(gs))
+        return [f"sample{g}" for g in gs]
+
+    order = [-1, 0, 1, 2, 3, 4, 5, 6, 7]
+    resumed = [2, 3, 4, 5, 6, 7]  # a run resumed after samples -1, 0, 1 were trained on
+    producer = BatchedProducer(produce_batch, order, set(resumed), 4)
+    assert [producer(g) for g in resumed] == [f"sample{g}" for g in resumed]
+    assert calls == [[-1, 0, 1, 2], [3, 4, 5, 6], [7]]  # the uninterrupted run's batches, whole
+    assert producer.ready == {}

@@ -25,7 +25,7 @@ TINY = [
     "target.regenerate=false", "data.max_length=96", "data.eval_prompts=1",
     "data.sources=[{kind:gsm8k,path:null,limit:40,weight:1}]",
     "train.micro_batch=1", "train.num_anchors=8", "train.steps=4", "train.checkpoint_every=2",
-    "train.warmup_steps=1", "log.wandb_mode=disabled", "log.progress=false",
+    "train.warmup_steps=1", "train.decode_eval_prompts=0", "log.wandb_mode=disabled", "log.progress=false",
 ]
 
 
@@ -57,7 +57,9 @@ def test_disaggregated_training_equals_single_process(tmp_path):
 def test_two_targets_two_trainers_consume_every_sample_exactly_once(tmp_path):
     run_dir = tmp_path / "r"
     run(compose_cfg(TINY + ["split.target_procs=2", "split.trainer_procs=2", "train.steps=3",
-                            "data.eval_prompts=2", "split.window=2"]), run_dir)
+                            "data.eval_prompts=2", "split.window=2",
+                            # batched regeneration (2 per generate call) on the same routes
+                            "target.regenerate=true", "target.max_new_tokens=6", "target.generate_batch=2"]), run_dir)
     stats = {p.stem: json.loads(p.read_text()) for p in (run_dir / "stats").glob("*.json")}
     produced = Counter(g for k, v in stats.items() if k.startswith("target") for g in v["sample_ids"])
     consumed = Counter(g for k, v in stats.items() if k.startswith("trainer") for g in v["sample_ids"])
@@ -117,10 +119,14 @@ def test_ling3_recipe_runs_on_the_mini_target(tmp_path):
     assert draft_cfg["target_layer_ids"] == [1, 2, 4] and draft_cfg["num_layers"] == 3
 
 
-def test_hydra_multirun_runs_one_job_per_rope_variant(tmp_path):
+def test_hydra_multirun_ablation_and_its_report(tmp_path, capsys):
+    """One job per RoPE variant; each final checkpoint evaluated; the report tabulates them."""
+    from serving.ablation_report import main as report_main
+    from serving.evaluate import main as evaluate_main
+
     sweep = tmp_path / "sweep"
     overrides = [o for o in TINY if not o.startswith(("train.steps", "train.checkpoint_every"))]
-    overrides += ["train.steps=2", "train.checkpoint_every=0"]
+    overrides += ["train.steps=2", "train.checkpoint_every=2"]
     cmd = [sys.executable, "-m", "splitserve.train", "-m", "+recipe=smol", "draft.rope=full,partial,interleaved",
            *overrides, f"hydra.sweep.dir={sweep}"]
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
@@ -133,6 +139,19 @@ def test_hydra_multirun_runs_one_job_per_rope_variant(tmp_path):
         ropes += [line.split(":")[1].strip() for line in (j / "config.yaml").read_text().splitlines()
                   if line.startswith("  rope:")]
     assert ropes == ["full", "partial", "interleaved"]
+    for j in jobs[:2]:  # the third job stays unevaluated: the report must still list it
+        ckpt = json.loads((j / "summary.json").read_text())["checkpoint"]
+        assert evaluate_main(["--checkpoint", ckpt, "--bench", "gsm8k", "--limit", "1", "--max-new-tokens", "6",
+                              "--no-plot"]) == 0
+    capsys.readouterr()
+    assert report_main([str(sweep), "--out", str(tmp_path / "report" / "rope")]) == 0
+    table = (tmp_path / "report" / "rope.md").read_text()
+    rows = [line for line in table.splitlines() if line.startswith("| ") and "overrides" not in line]
+    assert len(rows) == 3 and "draft.rope=partial" in rows[1] and rows[2].endswith("|  |")  # job 2: no tau
+    assert all(float(r.split("|")[-2]) >= 1.0 for r in rows[:2])
+    assert (tmp_path / "report" / "rope.png").read_bytes()[:4] == b"\x89PNG"
+    assert report_main([str(tmp_path / "report"), "--out", str(tmp_path / "x")]) == 2
+    assert "holds no Hydra multirun jobs" in capsys.readouterr().err
 
 
 def test_launchable_under_torchrun(tmp_path):
@@ -146,3 +165,13 @@ def test_launchable_under_torchrun(tmp_path):
     assert sorted(losses(run_dir)) == [1, 2]
     stats = {p.stem for p in (run_dir / "stats").glob("*.json")}
     assert stats == {"target0", "trainer0"}
+
+
+def test_real_tau_is_logged_next_to_the_simulated_one(tmp_path):
+    summary = run(compose_cfg(TINY + ["train.steps=2", "train.eval_every=1", "train.decode_eval_prompts=1",
+                                      "train.decode_eval_tokens=12"]), tmp_path / "r")
+    records = [json.loads(line) for line in (tmp_path / "r" / "metrics.jsonl").read_text().splitlines()]
+    evals = [r for r in records if "eval_real_tau" in r]
+    assert [r["step"] for r in evals] == [1, 2]
+    assert all(r["eval_real_tau"] >= 1.0 and r["eval_real_steps"] >= 1 and "eval_sim_tau" in r for r in evals)
+    assert summary["eval_real_tau"] == evals[-1]["eval_real_tau"]

@@ -1,0 +1,139 @@
+"""Summarise a Hydra multirun of `splitserve.train` (plus `serving.evaluate` on each job's final
+checkpoint) as a Markdown table and a PNG.
+
+    python -m serving.ablation_report SWEEP_DIR [SWEEP_DIR ...] --out docs/ablations/NAME [--temperature 0]
+
+Each job directory (Hydra's SWEEP_DIR/N) must hold `.hydra/overrides.yaml`, `summary.json` and a
+checkpoint; its evaluation is read from RUN/eval/<final step>-t<T>/<bench>.json. Columns: the
+overrides of the job, draft parameter count, draft step latency, simulated tau from training,
+and tau per benchmark. A job without an evaluation is listed with empty tau cells, never dropped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from safetensors import safe_open
+
+
+BOOKKEEPING = ("train.run_dir=", "hydra.", "split.master_port=")  # where a job ran, not what it trained
+
+
+def _param_count(checkpoint: Path) -> int:
+    with safe_open(str(checkpoint / "draft" / "model.safetensors"), "pt") as f:
+        total = 0
+        for name in f.keys():
+            n = 1
+            for d in f.get_slice(name).get_shape():
+                n *= d
+            total += n
+    return total
+
+
+def read_job(job: Path, temperature: float) -> dict:
+    overrides_file = job / ".hydra" / "overrides.yaml"
+    summary_file = job / "summary.json"
+    for f in (overrides_file, summary_file):
+        if not f.is_file():
+            raise FileNotFoundError(f"{job} is not a finished multirun job: missing {f.name}")
+    overrides = [line[2:].strip() for line in overrides_file.read_text().splitlines() if line.startswith("- ")]
+    overrides = [o for o in overrides if not o.startswith(BOOKKEEPING)]
+    summary = json.loads(summary_file.read_text())
+    if not summary.get("checkpoint"):
+        raise FileNotFoundError(f"{job}: the run saved no checkpoint")
+    ckpt = Path(summary["checkpoint"])
+    if not ckpt.is_absolute():
+        ckpt = job / ckpt
+    if not ckpt.is_dir():  # the sweep was moved: the checkpoint sits under this job directory
+        ckpt = job / "checkpoints" / ckpt.name
+    evals = {}
+    eval_dir = job / "eval" / f"{ckpt.name}-t{temperature:g}"
+    for f in sorted(eval_dir.glob("*.json")):
+        evals[f.stem] = json.loads(f.read_text())
+    return {"job": str(job), "overrides": overrides, "params": _param_count(ckpt), "steps": summary.get("steps"),
+            "sim_tau": summary.get("eval_sim_tau"), "evals": evals}
+
+
+def _fmt(x, spec=".2f") -> str:
+    return "" if x is None else format(x, spec)
+
+
+def markdown(rows: list[dict], benches: list[str], temperature: float) -> str:
+    common = [o for o in rows[0]["overrides"] if all(o in r["overrides"] for r in rows)]
+    head = ["job", "varied overrides", "draft params", "draft step ms", "sim tau (train eval)"]
+    head += [f"tau {b}" for b in benches]
+    lines = [f"Temperature {temperature:g}; tau = tokens emitted per decode step (bonus included).",
+             f"Overrides common to every job: `{' '.join(common) or '(none)'}`", "",
+             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        latency = [e.get("draft_step_ms") for e in r["evals"].values() if e.get("draft_step_ms") is not None]
+        varied = [o for o in r["overrides"] if o not in common]
+        cells = ["/".join(Path(r["job"]).parts[-2:]), " ".join(varied) or "(defaults)", f"{r['params']:,}",
+                 _fmt(sum(latency) / len(latency) if latency else None), _fmt(r["sim_tau"])]
+        cells += [_fmt(r["evals"][b]["tau"]) if b in r["evals"] else "" for b in benches]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(rows: list[dict], benches: list[str], path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(max(5, 1.6 * len(rows)), 4))
+    width = 0.8 / max(1, len(benches))
+    for i, b in enumerate(benches):
+        xs = [j + i * width for j in range(len(rows))]
+        ys = [r["evals"][b]["tau"] if b in r["evals"] else 0.0 for r in rows]
+        ax.bar(xs, ys, width, label=b)
+    ax.set_xticks([j + width * (len(benches) - 1) / 2 for j in range(len(rows))])
+    ax.set_xticklabels([" ".join(o.split("=")[-1] for o in r["overrides"]) or "defaults" for r in rows],
+                       fontsize=8, rotation=15)
+    ax.set_ylabel("tau (tokens per step)")
+    ax.set_title(title, fontsize=9)
+    ax.legend()
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def jobs_of(sweep: Path) -> list[Path]:
+    """The jobs of a multirun directory, in job order (or the path itself when it is one job)."""
+    if (sweep / ".hydra").is_dir():
+        return [sweep]
+    if not sweep.is_dir():
+        raise FileNotFoundError(f"{sweep} does not exist")
+    jobs = sorted((p for p in sweep.iterdir() if p.is_dir() and (p / ".hydra").is_dir()),
+                  key=lambda p: (not p.name.isdigit(), int(p.name) if p.name.isdigit() else 0, p.name))
+    if not jobs:
+        raise FileNotFoundError(f"{sweep} holds no Hydra multirun jobs (no */.hydra)")
+    return jobs
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description="Markdown table + PNG of a Hydra multirun ablation")
+    ap.add_argument("sweeps", nargs="+", type=Path, help="Hydra multirun directories (or single job directories)")
+    ap.add_argument("--out", required=True, type=Path, help="writes OUT.md and OUT.png")
+    ap.add_argument("--temperature", type=float, default=0.0, help="which evaluation to report")
+    args = ap.parse_args(argv)
+    try:
+        rows = [read_job(j, args.temperature) for s in args.sweeps for j in jobs_of(s)]
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    benches = sorted({b for r in rows for b in r["evals"]})
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    table = markdown(rows, benches, args.temperature)
+    args.out.with_suffix(".md").write_text(table)
+    plot(rows, benches, args.out.with_suffix(".png"), f"{', '.join(s.name for s in args.sweeps)} (T={args.temperature:g})")
+    print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
