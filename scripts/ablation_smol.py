@@ -33,14 +33,14 @@ def train(out: Path, sweep: str, axis: str, overrides: list[str]) -> None:
 
 
 JOBS = [("rope", "0", "draft.rope=full"), ("rope", "1", "draft.rope=partial"), ("rope", "2", "draft.rope=interleaved"),
-        ("arch", "0", "draft=dflash"), ("arch", "1", "draft=eagle3")]
+        ("arch", "0", "draft=dflash"), ("arch", "1", "draft=eagle3 draft.num_layers=1")]
 
 
 def train_parallel(out: Path, overrides: list[str]) -> None:
     procs = []
     for i, (sweep, n, axis) in enumerate(JOBS):
         job = out / sweep / n
-        cmd = [sys.executable, "-m", "splitserve.train", "+recipe=smol", axis, *overrides, f"train.run_dir={job}",
+        cmd = [sys.executable, "-m", "splitserve.train", "+recipe=smol", *axis.split(), *overrides, f"train.run_dir={job}",
                f"hydra.run.dir={job}", f"split.master_port={29400 + 10 * i}"]
         print(" ".join(cmd), flush=True)
         job.mkdir(parents=True, exist_ok=True)
@@ -50,11 +50,14 @@ def train_parallel(out: Path, overrides: list[str]) -> None:
         raise SystemExit(f"training failed: {failed}")
 
 
-def final_checkpoint(job: Path) -> Path:
-    steps = sorted((job / "checkpoints").glob("step-*"))
-    if not steps:
-        raise FileNotFoundError(f"{job} has no checkpoint")
-    return steps[-1]
+def common_checkpoint(jobs: list[Path]) -> str:
+    """The latest checkpoint step every job has: equal budgets even when a time limit stopped
+    some jobs earlier than others."""
+    steps = [{p.name for p in (j / "checkpoints").glob("step-*") if (p / "COMPLETE").is_file()} for j in jobs]
+    common = sorted(set.intersection(*steps)) if steps else []
+    if not common:
+        raise FileNotFoundError(f"no checkpoint step common to {[str(j) for j in jobs]}")
+    return common[-1]
 
 
 def evaluate(out: Path, args: list[str]) -> None:
@@ -63,12 +66,14 @@ def evaluate(out: Path, args: list[str]) -> None:
     common = ["--bench", "gsm8k,mtbench", "--limit", opts.pop("--limit", "6"),
               "--max-new-tokens", opts.pop("--max-new-tokens", "96"), "--no-plot"]
     runs = []
-    for sweep, temps in (("rope", ["0"]), ("arch", ["0", "1"])):
-        jobs = sorted((p for p in (out / sweep).iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
-        for job in jobs:
-            for t in temps if sweep == "arch" or job.name != "0" else ["0", "1"]:
-                runs.append([sys.executable, "-m", "serving.evaluate", "--checkpoint", str(final_checkpoint(job)),
-                             "--temperature", t, *common])
+    jobs = [out / sweep / n for sweep, n, _ in JOBS]
+    step = common_checkpoint(jobs)
+    print(f"evaluating checkpoint {step} of every job", flush=True)
+    for job in jobs:
+        temps = ["0"] if job.parent.name == "rope" and job.name != "0" else ["0", "1"]
+        for t in temps:
+            runs.append([sys.executable, "-m", "serving.evaluate", "--checkpoint", str(job / "checkpoints" / step),
+                         "--temperature", t, *common])
     import torch
 
     gpus = torch.cuda.device_count()
@@ -100,8 +105,11 @@ def main() -> None:
     out, phase, rest = Path(sys.argv[1]).resolve(), sys.argv[2], sys.argv[3:]
     if phase == "train-rope":
         train(out, "rope", "draft.rope=full,partial,interleaved", rest)
-    elif phase == "train-arch":
-        train(out, "arch", "draft=dflash,eagle3", rest)
+    elif phase == "train-arch":  # EAGLE-3 is a single-layer chain: the recipe's num_layers=2 does not apply
+        for n, axis in (("0", "draft=dflash"), ("1", "draft=eagle3 draft.num_layers=1")):
+            job = out / "arch" / n
+            subprocess.run([sys.executable, "-m", "splitserve.train", "+recipe=smol", *axis.split(), *rest,
+                            f"train.run_dir={job}", f"hydra.run.dir={job}"], cwd=ROOT, check=True)
     elif phase == "train-all-parallel":
         train_parallel(out, rest)
     elif phase == "evaluate":

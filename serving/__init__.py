@@ -1,1 +1,1 @@
-"""Serving side: SGLang export, speculative decoder, scheduler, launch (issue 4; not yet built)."""
+"""Serving side: the lossless speculative decoder, scheduler, evaluation, calibration, SGLang export and launch."""

@@ -3,10 +3,11 @@ checkpoint) as a Markdown table and a PNG.
 
     python -m serving.ablation_report SWEEP_DIR [SWEEP_DIR ...] --out docs/ablations/NAME [--temperature 0]
 
-Each job directory (Hydra's SWEEP_DIR/N) must hold `.hydra/overrides.yaml`, `summary.json` and a
-checkpoint; its evaluation is read from RUN/eval/<final step>-t<T>/<bench>.json. Columns: the
-overrides of the job, draft parameter count, draft step latency, simulated tau from training,
-and tau per benchmark. A job without an evaluation is listed with empty tau cells, never dropped.
+Each job directory (Hydra's SWEEP_DIR/N) must hold `.hydra/overrides.yaml` and a complete
+checkpoint; its newest evaluation at the temperature is read from RUN/eval/step-N-t<T>/<bench>.json.
+Columns: the overrides that differ between jobs, the evaluated checkpoint, draft parameter
+count, draft step latency, the simulated tau of training's last evaluation up to that step, and
+tau per benchmark. A job without an evaluation is listed with empty tau cells, never dropped.
 """
 
 from __future__ import annotations
@@ -34,27 +35,30 @@ def _param_count(checkpoint: Path) -> int:
 
 
 def read_job(job: Path, temperature: float) -> dict:
+    """Overrides, parameter count, the last simulated tau of training, and the newest evaluation
+    at `temperature` (of whichever checkpoint was evaluated; none is fine)."""
     overrides_file = job / ".hydra" / "overrides.yaml"
-    summary_file = job / "summary.json"
-    for f in (overrides_file, summary_file):
-        if not f.is_file():
-            raise FileNotFoundError(f"{job} is not a finished multirun job: missing {f.name}")
+    if not overrides_file.is_file():
+        raise FileNotFoundError(f"{job} is not a Hydra job directory: missing .hydra/overrides.yaml")
     overrides = [line[2:].strip() for line in overrides_file.read_text().splitlines() if line.startswith("- ")]
     overrides = [o for o in overrides if not o.startswith(BOOKKEEPING)]
-    summary = json.loads(summary_file.read_text())
-    if not summary.get("checkpoint"):
-        raise FileNotFoundError(f"{job}: the run saved no checkpoint")
-    ckpt = Path(summary["checkpoint"])
-    if not ckpt.is_absolute():
-        ckpt = job / ckpt
-    if not ckpt.is_dir():  # the sweep was moved: the checkpoint sits under this job directory
-        ckpt = job / "checkpoints" / ckpt.name
-    evals = {}
-    eval_dir = job / "eval" / f"{ckpt.name}-t{temperature:g}"
-    for f in sorted(eval_dir.glob("*.json")):
-        evals[f.stem] = json.loads(f.read_text())
-    return {"job": str(job), "overrides": overrides, "params": _param_count(ckpt), "steps": summary.get("steps"),
-            "sim_tau": summary.get("eval_sim_tau"), "evals": evals}
+    checkpoints = sorted(p for p in (job / "checkpoints").glob("step-*") if (p / "COMPLETE").is_file())
+    if not checkpoints:
+        raise FileNotFoundError(f"{job}: the run saved no complete checkpoint")
+    evals, step = {}, checkpoints[-1].name
+    eval_dirs = sorted((job / "eval").glob(f"step-*-t{temperature:g}"))
+    if eval_dirs:
+        step = eval_dirs[-1].name.rsplit("-t", 1)[0]
+        evals = {f.stem: json.loads(f.read_text()) for f in sorted(eval_dirs[-1].glob("*.json"))}
+    sim_tau = None
+    metrics = job / "metrics.jsonl"
+    if metrics.is_file():
+        for line in metrics.read_text().splitlines():
+            record = json.loads(line)
+            if record.get("eval_sim_tau") is not None and f"step-{record['step']:08d}" <= step:
+                sim_tau = record["eval_sim_tau"]
+    return {"job": str(job), "overrides": overrides, "params": _param_count(checkpoints[-1]), "step": step,
+            "sim_tau": sim_tau, "evals": evals}
 
 
 def _fmt(x, spec=".2f") -> str:
@@ -63,7 +67,7 @@ def _fmt(x, spec=".2f") -> str:
 
 def markdown(rows: list[dict], benches: list[str], temperature: float) -> str:
     common = [o for o in rows[0]["overrides"] if all(o in r["overrides"] for r in rows)]
-    head = ["job", "varied overrides", "draft params", "draft step ms", "sim tau (train eval)"]
+    head = ["job", "varied overrides", "checkpoint", "draft params", "draft step ms", "sim tau (train eval)"]
     head += [f"tau {b}" for b in benches]
     lines = [f"Temperature {temperature:g}; tau = tokens emitted per decode step (bonus included).",
              f"Overrides common to every job: `{' '.join(common) or '(none)'}`", "",
@@ -71,7 +75,7 @@ def markdown(rows: list[dict], benches: list[str], temperature: float) -> str:
     for r in rows:
         latency = [e.get("draft_step_ms") for e in r["evals"].values() if e.get("draft_step_ms") is not None]
         varied = [o for o in r["overrides"] if o not in common]
-        cells = ["/".join(Path(r["job"]).parts[-2:]), " ".join(varied) or "(defaults)", f"{r['params']:,}",
+        cells = ["/".join(Path(r["job"]).parts[-2:]), " ".join(varied) or "(defaults)", r["step"], f"{r['params']:,}",
                  _fmt(sum(latency) / len(latency) if latency else None), _fmt(r["sim_tau"])]
         cells += [_fmt(r["evals"][b]["tau"]) if b in r["evals"] else "" for b in benches]
         lines.append("| " + " | ".join(cells) + " |")

@@ -18,11 +18,13 @@ tokens, masked out of acceptance, their cache entries cropped); the schedule, th
 count and the bonus token stay device tensors. With a single verify width the only host read of
 a step is the emitted tokens (which also gives the cache crop length). With several widths the
 decoder reads the scheduled length once to pick the width, as a graph-bucket choice must.
-Not yet: targets with linear-attention (KDA) state, which cannot be cropped; they are refused.
+Targets with linear-attention (KDA) layers: their recurrent state cannot be cropped, so verify
+stages each position's state and the accepted one is committed (`linear_state.py`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
@@ -32,6 +34,7 @@ from transformers import DynamicCache
 
 from splitserve.capture import capture_states
 
+from .linear_state import LinearStateStager, crop_attention_layers, has_linear_layers
 from .proposers import make_proposer, pick
 from .scheduler import SchedulerConfig, single_request_length
 
@@ -96,10 +99,7 @@ class SpeculativeDecoder:
                  block_size: Optional[int] = None, verify_widths: Optional[Sequence[int]] = None) -> None:
         self.target = target.eval()
         self.device = next(target.parameters()).device
-        if any("linear" in str(t) for t in getattr(target.config, "layer_types", None) or []):
-            raise NotImplementedError(
-                f"{target.config.model_type}: linear-attention (KDA) layers keep a recurrent state the decoder "
-                "cannot crop after a rejection; per-position state staging is not implemented yet")
+        self.linear = has_linear_layers(target)
         self.draft = draft.eval() if draft is not None else None
         self.scheduler = scheduler
         self.gamma, self.layer_ids, self.sps_by_width = 0, [], None
@@ -138,6 +138,9 @@ class SpeculativeDecoder:
         need = int(n_verify) + 1  # the one host read a multi-width (bucketed) step makes
         return next(w for w in self.verify_widths if w >= need)
 
+    def _new_cache(self) -> DynamicCache:
+        return DynamicCache(config=self.target.config)  # the config tells hybrid models which layers are linear
+
     @torch.no_grad()
     def generate(self, prompt_ids: list[int], max_new_tokens: int, *, temperature: float = 0.0,
                  eos_token_id: Optional[int] = None, seed: int = 0, record_confidence: bool = False) -> DecodeResult:
@@ -145,8 +148,15 @@ class SpeculativeDecoder:
         step; for calibration only)."""
         if not prompt_ids:
             raise ValueError("prompt_ids is empty")
+        stager = LinearStateStager(self.target) if self.linear else None
+        with stager or contextlib.nullcontext():
+            return self._generate(prompt_ids, max_new_tokens, temperature, eos_token_id, seed, record_confidence,
+                                  stager)
+
+    def _generate(self, prompt_ids, max_new_tokens, temperature, eos_token_id, seed, record_confidence,
+                  stager: Optional[LinearStateStager]) -> DecodeResult:
         generator = torch.Generator(self.device).manual_seed(seed) if temperature > 0 else None
-        cache = DynamicCache()
+        cache = self._new_cache()
         prompt = torch.tensor(prompt_ids, device=self.device)
         logits, feats = self._target_forward(prompt, 0, cache)
         anchor, _ = pick(logits[-1], temperature, generator)
@@ -164,14 +174,22 @@ class SpeculativeDecoder:
             else:
                 drafts, dists, n_verify = anchor[:0], None, torch.zeros((), dtype=torch.long, device=self.device)
             width = self._width_for(n_verify) if proposer is not None else 1
+            if stager is not None:
+                stager.staging = True
             logits, feats = self._target_forward(torch.cat((anchor, drafts[: width - 1])), pos, cache)
+            if stager is not None:
+                stager.staging = False
             accepted, tokens = accept_block(drafts[: width - 1], None if dists is None else dists[: width - 1],
                                             logits, n_verify, temperature, generator)
             packed = torch.cat((accepted.view(1), n_verify.view(1).to(accepted), tokens)).tolist()  # the host read
             n_acc, n_ver, emitted = packed[0], packed[1], packed[2: 3 + packed[0]]
             if eos_token_id is not None and eos_token_id in emitted:
                 emitted = emitted[: emitted.index(eos_token_id) + 1]
-            truncate_cache(cache, pos + n_acc + 1)  # drop the target states of rejected and padding tokens
+            if stager is not None:  # linear layers: commit the staged state; attention layers: crop
+                stager.commit(cache, n_acc)
+                crop_attention_layers(cache, width - n_acc - 1)
+            else:
+                truncate_cache(cache, pos + n_acc + 1)  # drop the target states of rejected and padding tokens
             if proposer is not None:
                 proposer.commit(feats[: n_acc + 1], torch.cat((anchor, drafts[:n_acc])), pos)
             out.token_ids += emitted
@@ -194,7 +212,7 @@ class SpeculativeDecoder:
 
         if self.draft is None:
             return 0.0
-        logits, feats = self._target_forward(torch.tensor(prompt_ids, device=self.device), 0, DynamicCache())
+        logits, feats = self._target_forward(torch.tensor(prompt_ids, device=self.device), 0, self._new_cache())
         proposer = make_proposer(self.draft, self.gamma, self.sts)
         proposer.commit(feats, torch.tensor(prompt_ids, device=self.device), 0)
         anchor = logits[-1:].argmax(-1)

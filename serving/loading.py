@@ -38,8 +38,10 @@ def target_dir_of(checkpoint: Path, target_dir: Optional[Path] = None) -> Path:
 
 def load_decoder(checkpoint: Path, target_dir: Optional[Path] = None, *, scheduler: SchedulerConfig,
                  sps: Optional[Path] = None, sts: Optional[Path] = None, block_size: Optional[int] = None,
-                 device: str = "auto", verify_widths=None):
-    """(decoder, tokenizer) for a SplitServe checkpoint: fp32 on CPU, bf16 on GPU."""
+                 device: str = "auto", verify_widths=None, dtype: str = "auto"):
+    """(decoder, tokenizer) for a SplitServe checkpoint. dtype auto: fp32 on CPU, bf16 on GPU
+    (greedy output is bit-identical to target-only decoding in fp32; in bf16 a verify step over
+    several tokens rounds differently from a one-token step, so near-ties can resolve apart)."""
     from transformers import AutoModelForCausalLM
 
     from splitserve.targets import check_tokenizer, load_frozen_head, load_target_spec
@@ -51,7 +53,9 @@ def load_decoder(checkpoint: Path, target_dir: Optional[Path] = None, *, schedul
         diff = sorted(k for k, v in asdict(spec).items() if asdict(trained_on)[k] != v)
         raise ValueError(f"checkpoint {checkpoint} was trained for a different target: {target_dir} differs in {diff}")
     dev = pick_device(device)
-    dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
+    if dtype not in ("auto", "float32", "bfloat16"):
+        raise ValueError(f"--dtype {dtype!r}: allowed auto, float32, bfloat16")
+    dtype = getattr(torch, dtype) if dtype != "auto" else (torch.bfloat16 if dev.type == "cuda" else torch.float32)
     temps = read_temperatures(sts, cfg.block_size) if sts is not None else None
     table = SpsTable.load(sps) if sps is not None else None
     tokenizer = check_tokenizer(target_dir, spec)
@@ -81,6 +85,7 @@ def add_decoder_args(ap, *, scheduler_default: str = "fixed") -> None:
     ap.add_argument("--verify-widths", type=int, nargs="+",
                     help="verify shapes (graph buckets); default every width 1..gamma+1")
     ap.add_argument("--device", default="auto", help="auto (GPU when available) | cpu | cuda[:i]")
+    ap.add_argument("--dtype", default="auto", help="auto (bf16 on GPU, fp32 on CPU) | float32 | bfloat16")
 
 
 def decoder_from_args(args):
@@ -88,4 +93,5 @@ def decoder_from_args(args):
     scheduler = SchedulerConfig(mode=args.scheduler, threshold=args.threshold)
     scheduler.validate()
     return load_decoder(args.checkpoint, args.target, scheduler=scheduler, sps=args.sps, sts=args.sts,
-                        block_size=args.block_size, device=args.device, verify_widths=args.verify_widths)
+                        block_size=args.block_size, device=args.device, verify_widths=args.verify_widths,
+                        dtype=args.dtype)

@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, DynamicCache
 
-from .decoder import truncate_cache
+from .linear_state import crop_attention_layers
 from .sps import SpsTable
 
 
@@ -29,7 +29,7 @@ def profile(target, widths: list[int], context: int, repeats: int, device) -> Sp
         raise ValueError("--context and --repeats must be >= 1")
     vocab = target.config.get_text_config().vocab_size
     g = torch.Generator().manual_seed(0)
-    cache = DynamicCache()
+    cache = DynamicCache(config=target.config)  # hybrid (linear-attention) targets need their layer kinds
     with torch.no_grad():
         target(input_ids=torch.randint(0, vocab, (1, context), generator=g).to(device), past_key_values=cache,
                use_cache=True)
@@ -46,7 +46,7 @@ def profile(target, widths: list[int], context: int, repeats: int, device) -> Sp
                 if device.type == "cuda":
                     torch.cuda.synchronize()
                 times.append(time.perf_counter() - t0)
-                truncate_cache(cache, context)
+                crop_attention_layers(cache, w)  # back to `context` (linear layers' state is irrelevant to timing)
             rates.append(1.0 / statistics.median(times[1:]))
     return SpsTable(list(widths), rates, widths[-1])
 

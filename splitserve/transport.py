@@ -16,6 +16,7 @@ import queue
 import threading
 import time
 from collections import defaultdict
+from dataclasses import dataclass
 from typing import Callable, Iterable, Optional
 
 import torch
@@ -24,10 +25,24 @@ from draft_models import SequenceSample
 
 DATA, CREDIT = 0, 1
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
+CPU = torch.device("cpu")
+
+
+@dataclass
+class Link:
+    """A worker's data plane. `data` carries samples (gloo with CPU tensors, or NCCL with tensors
+    on `device`); `credits` is always a gloo group with CPU tensors. Two groups, because NCCL runs
+    the point-to-point operations between two ranks in order on one stream: a trainer's queued
+    credit sends would sit in front of its receive of the sample the target is sending, while the
+    target waits for the next credit before that send completes: a deadlock (seen on two H200s)."""
+
+    data: object
+    credits: object
+    device: torch.device
 
 
 def send_sample(pg, dst: int, sample_id: int, s: SequenceSample, stats: tuple[float, float], device) -> None:
-    """`device`: where the data-plane backend wants tensors (CPU for gloo, the GPU for NCCL)."""
+    """`pg`, `device`: the data group and where its backend wants tensors (CPU for gloo, the GPU for NCCL)."""
     length, width = s.aux_hidden.shape
     header = torch.tensor([sample_id, length, width, s.final_hidden.shape[1], DTYPES.index(s.aux_hidden.dtype)],
                           dtype=torch.long)
@@ -52,20 +67,20 @@ def recv_sample(pg, src: int, device) -> tuple[int, SequenceSample, tuple[float,
     return sample_id, SequenceSample(ids, mask.bool(), aux, final), (float(stats[0]), float(stats[1]))
 
 
-def grant_credit(pg, dst: int, device) -> object:
-    return pg.send([torch.ones(1, dtype=torch.long, device=device)], dst, CREDIT)
+def grant_credit(link: Link, dst: int) -> object:
+    return link.credits.send([torch.ones(1, dtype=torch.long)], dst, CREDIT)
 
 
-def wait_credit(pg, src: int, device) -> None:
-    pg.recv([torch.empty(1, dtype=torch.long, device=device)], src, CREDIT).wait()
+def wait_credit(link: Link, src: int) -> None:
+    link.credits.recv([torch.empty(1, dtype=torch.long)], src, CREDIT).wait()
 
 
 class SampleReceiver:
     """A trainer's receiving thread: grants credits and fills a bounded queue, in the exact order
     the trainer consumes (`plan`: (sample_id, source link rank) pairs)."""
 
-    def __init__(self, pg, plan: list[tuple[int, int]], window: int, device) -> None:
-        self.pg, self.plan, self.window, self.device = pg, plan, window, device
+    def __init__(self, link: Link, plan: list[tuple[int, int]], window: int) -> None:
+        self.link, self.plan, self.window = link, plan, window
         self.queue: queue.Queue = queue.Queue(maxsize=window)
         self.error: Optional[BaseException] = None
         self.target_stats: dict[int, tuple[float, float]] = {}
@@ -74,6 +89,8 @@ class SampleReceiver:
 
     def _run(self) -> None:
         try:
+            if self.link.device.type == "cuda":
+                torch.cuda.set_device(self.link.device)  # the CUDA current device is per thread
             pending = []
             granted: dict[int, int] = defaultdict(int)
             per_src: dict[int, list[int]] = defaultdict(list)
@@ -82,16 +99,16 @@ class SampleReceiver:
             # up-front credits: the first `window` samples of every route
             for src, idx in per_src.items():
                 for _ in idx[: self.window]:
-                    pending.append(grant_credit(self.pg, src, self.device))
+                    pending.append(grant_credit(self.link, src))
                     granted[src] += 1
             for expected_id, src in self.plan:
-                sample_id, sample, stats = recv_sample(self.pg, src, self.device)
+                sample_id, sample, stats = recv_sample(self.link.data, src, self.link.device)
                 if sample_id != expected_id:
                     raise RuntimeError(f"route from link rank {src}: expected sample {expected_id}, got {sample_id}")
                 self.target_stats[src] = stats
                 self.queue.put((sample_id, sample))
                 if granted[src] < len(per_src[src]):
-                    pending.append(grant_credit(self.pg, src, self.device))
+                    pending.append(grant_credit(self.link, src))
                     granted[src] += 1
                 pending = [w for w in pending if not w.is_completed()]
             for w in pending:
@@ -107,8 +124,8 @@ class SampleReceiver:
         return item
 
 
-def serve_samples(pg, sample_ids: Iterable[int], route: Callable[[int], int], produce: Callable[[int], SequenceSample],
-                  device, on_sent: Optional[Callable[[int, SequenceSample], None]] = None) -> dict:
+def serve_samples(link: Link, sample_ids: Iterable[int], route: Callable[[int], int], produce: Callable[[int], SequenceSample],
+                  on_sent: Optional[Callable[[int, SequenceSample], None]] = None) -> dict:
     """A target worker's loop: produce each sample, wait for a credit from its trainer, send."""
     busy = wait = 0.0
     tokens = 0
@@ -118,11 +135,11 @@ def serve_samples(pg, sample_ids: Iterable[int], route: Callable[[int], int], pr
         sample = produce(g)
         t1 = time.perf_counter()
         dst = route(g)
-        wait_credit(pg, dst, device)
+        wait_credit(link, dst)
         t2 = time.perf_counter()
         busy += t1 - t0
         wait += t2 - t1
-        send_sample(pg, dst, g, sample, (busy, wait), device)
+        send_sample(link.data, dst, g, sample, (busy, wait), link.device)
         sent.append(int(g))
         tokens += int(sample.input_ids.numel())
         if on_sent is not None:

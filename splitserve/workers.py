@@ -28,7 +28,7 @@ from .decode_probe import DecodeProbe
 from .targets import HFTarget, load_frozen_head, load_target_spec
 from .topology import Topology
 from .trainer import DraftTrainer
-from .transport import SampleReceiver, serve_samples
+from .transport import Link, SampleReceiver, serve_samples
 
 TIMEOUT = datetime.timedelta(minutes=30)
 
@@ -80,14 +80,18 @@ def _setup_threads(ctx: RunContext) -> None:
     torch.set_num_threads(ctx.cfg.train.threads_per_proc)
 
 
-def _link_group(ctx: RunContext, link_rank: int):
+def _link(ctx: RunContext, link_rank: int, device: torch.device) -> Link:
+    """The data plane of this worker: a sample group (NCCL between distinct GPUs, else gloo) and
+    a gloo credit group, both over one TCPStore (see `transport.Link` for why two)."""
     t = ctx.topology
     size = t.num_targets + t.num_trainers
     store = dist.TCPStore("127.0.0.1", ctx.store_port, size, is_master=link_rank == 0, timeout=TIMEOUT)
-    prefix = dist.PrefixStore("splitserve-link", store)
+    credits = dist.ProcessGroupGloo(dist.PrefixStore("splitserve-credits", store), link_rank, size, TIMEOUT)
+    data_store = dist.PrefixStore("splitserve-link", store)
     if ctx.link_backend == "nccl":
-        return dist.ProcessGroupNCCL(prefix, link_rank, size, dist.ProcessGroupNCCL.Options())
-    return dist.ProcessGroupGloo(prefix, link_rank, size, TIMEOUT)
+        torch.cuda.set_device(device)
+        return Link(dist.ProcessGroupNCCL(data_store, link_rank, size, dist.ProcessGroupNCCL.Options()), credits, device)
+    return Link(dist.ProcessGroupGloo(data_store, link_rank, size, TIMEOUT), credits, torch.device("cpu"))
 
 
 def make_target(ctx: RunContext, device: torch.device, draft_layer_ids: list[int]):
@@ -129,10 +133,9 @@ def target_main(index: int, ctx: RunContext) -> None:
     """Target worker `index`: produce its samples in order and send them against credits."""
     _setup_threads(ctx)
     device = _device(ctx, "target", index)
-    pg = _link_group(ctx, index)
+    link = _link(ctx, index, device)
     target = make_target(ctx, device, ctx.target_layer_ids)
     t = ctx.topology
-    wire = torch.device("cpu") if ctx.link_backend == "gloo" else device
     ids = list(t.target_samples(index, ctx.start_step, ctx.cfg.train.steps))
     produce = lambda g: target.produce(g, ctx.conversation(g))  # noqa: E731
     if ctx.cfg.target.generate_batch > 1 and hasattr(target, "produce_batch"):
@@ -140,7 +143,7 @@ def target_main(index: int, ctx: RunContext) -> None:
         produce = BatchedProducer(lambda gs: target.produce_batch(gs, [ctx.conversation(g) for g in gs]),
                                   everything, set(ids), ctx.cfg.target.generate_batch)
     start = time.perf_counter()
-    stats = serve_samples(pg, ids, lambda g: t.num_targets + t.route(g)[1], produce, wire)
+    stats = serve_samples(link, ids, lambda g: t.num_targets + t.route(g)[1], produce)
     stats["wall_s"] = time.perf_counter() - start
     _write_json(Path(ctx.run_dir) / "stats" / f"target{index}.json", stats)
 
@@ -170,10 +173,14 @@ class _MPU:
         return dist.get_world_size()
 
 
-def _init_trainer_world(ctx: RunContext, rank: int) -> _MPU:
+def _init_trainer_world(ctx: RunContext, rank: int, device: torch.device) -> _MPU:
     t = ctx.topology
+    # DeepSpeed places the engine on cuda:LOCAL_RANK, so LOCAL_RANK is this trainer's GPU (after the targets')
+    local = device.index if device.type == "cuda" else rank
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(ctx.trainer_port), RANK=str(rank),
-                      WORLD_SIZE=str(t.num_trainers), LOCAL_RANK=str(rank))
+                      WORLD_SIZE=str(t.num_trainers), LOCAL_RANK=str(local))
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
     # Under torchrun the agent's store would be used for env:// rendezvous; the trainer world is
     # our own (MASTER_PORT+2, hosted by trainer 0), so opt out of it.
     os.environ.pop("TORCHELASTIC_USE_AGENT_STORE", None)
@@ -340,7 +347,7 @@ def train_loop(trainer: DraftTrainer, ctx: RunContext, rank: int, next_sample, t
 
 def _build_trainer(ctx: RunContext, rank: int, device: torch.device) -> DraftTrainer:
     """Join the trainer world, build the DeepSpeed trainer, restore the checkpoint if resuming."""
-    mpu = _init_trainer_world(ctx, rank)
+    mpu = _init_trainer_world(ctx, rank, device)
     head = load_frozen_head(Path(ctx.model_dir), device, torch.float32)
     spec = load_target_spec(Path(ctx.model_dir))
     trainer = DraftTrainer(ctx.cfg.draft, spec, head, ctx.cfg.train, device=device,
@@ -355,11 +362,10 @@ def trainer_main(rank: int, ctx: RunContext) -> None:
     _setup_threads(ctx)
     t = ctx.topology
     device = _device(ctx, "trainer", rank)
-    pg = _link_group(ctx, t.num_targets + rank)
+    link = _link(ctx, t.num_targets + rank, device)
     trainer = _build_trainer(ctx, rank, device)
     plan = [(g, t.route(g)[0]) for g in t.trainer_samples(rank, ctx.start_step, ctx.cfg.train.steps)]
-    wire = torch.device("cpu") if ctx.link_backend == "gloo" else device
-    receiver = SampleReceiver(pg, plan, ctx.cfg.split.window, wire)
+    receiver = SampleReceiver(link, plan, ctx.cfg.split.window)
 
     def target_util():
         busy = [receiver.target_stats.get(src, (0.0, 0.0)) for src in t.sources(rank)]

@@ -1,7 +1,11 @@
 """Export to SGLang's DSpark format: config fields, weight names, bit-exact reload, refusals."""
 
 import json
+import os
 import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -142,3 +146,49 @@ def test_generate_refuses_a_malformed_sts_file(checkpoint, tmp_path, capsys):
     sts.write_text("[1.0, 1.0]")
     assert generate_main(["--checkpoint", checkpoint, "--prompt", "hi", "--sts", str(sts)]) == 2
     assert f"STS file {sts}: expected 'temperatures', 4 numbers > 0" in capsys.readouterr().err
+
+
+SGLANG_SITE = Path(os.environ.get("SPLITSERVE_SGLANG_SITE", Path(__file__).resolve().parents[1] / ".sglang-cpu"))
+needs_sglang_site = pytest.mark.skipif(not (SGLANG_SITE / "sglang").is_dir(),
+                                       reason=f"{SGLANG_SITE} missing: run scripts/install_sglang_parser.sh (CI does)")
+
+
+def sglang_parse(config_path: Path, vocab: int) -> subprocess.CompletedProcess:
+    helper = Path(__file__).with_name("_sglang_parse.py")
+    env = {**os.environ, "PYTHONPATH": str(SGLANG_SITE)}
+    return subprocess.run([sys.executable, str(helper), str(config_path), str(vocab)], capture_output=True,
+                          text=True, env=env, timeout=300)
+
+
+@needs_sglang_site
+def test_sglang_0_5_23_parses_the_exported_config(checkpoint, tmp_path):
+    """SGLang's own parse_dspark_draft_config / resolve_runtime_config read what we export."""
+    out = export(checkpoint, tmp_path / "draft")
+    res = sglang_parse(out / "config.json", 49152)
+    assert res.returncode == 0, res.stderr[-3000:]
+    got = json.loads(res.stdout.strip().splitlines()[-1])
+    assert got["parsed"] == {"num_hidden_layers": 1, "num_target_layers": 30, "gamma": 4, "target_layer_ids": [15],
+                             "mask_token": got["parsed"]["mask_token"], "mask_token_id": 16, "markov_rank": 16,
+                             "markov_head_type": "rnn"}
+    assert got["runtime"] == {"gamma": 4, "verify_num_draft_tokens": 5, "mask_token_id": 16}
+    bad = json.loads((out / "config.json").read_text())
+    bad["markov_head_type"] = "bogus"  # the parser must be the real one: it rejects what SGLang cannot serve
+    (tmp_path / "bad.json").write_text(json.dumps(bad))
+    res = sglang_parse(tmp_path / "bad.json", 49152)
+    assert res.returncode != 0 and "Unsupported DSpark markov_head_type='bogus'" in res.stderr
+
+
+@needs_sglang_site
+def test_exported_weight_modules_exist_in_sglang_draft_classes(checkpoint, tmp_path):
+    """Every exported weight's owning module is an attribute SGLang 0.5.23's DSpark/DFlash draft
+    classes create (read from the installed source); the stacked q/k/v and gate/up parts are
+    those its loader folds into qkv_proj / gate_up_proj."""
+    source = "".join((SGLANG_SITE / "sglang" / "srt" / "models" / f).read_text() for f in ("dspark.py", "dflash.py"))
+    weights = load_file(str(export(checkpoint, tmp_path / "draft") / "model.safetensors"))
+    for name in weights:
+        parts = name.split(".")
+        attr = parts[-2] if parts[0] in ("markov_head", "confidence_head") else parts[0]
+        if parts[0] == "layers":
+            attr = {"q_proj": "qkv_proj", "k_proj": "qkv_proj", "v_proj": "qkv_proj", "gate_proj": "gate_up_proj",
+                    "up_proj": "gate_up_proj"}.get(parts[-2], parts[-2])
+        assert f"self.{attr} =" in source, name

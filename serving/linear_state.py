@@ -1,0 +1,86 @@
+"""Rollback for targets with linear-attention (KDA) layers, whose recurrent state cannot be cropped.
+
+During a verify forward each such layer runs its W tokens one at a time through its own one-token
+decode path (the causal-conv update and the recurrent KDA step, exactly what target-only decoding
+runs) and keeps a copy of its conv and recurrent state after every position: the staged states.
+Once acceptance is known, the state after the last committed position (anchor + accepted drafts)
+is written back and the others are dropped; the attention layers' KV caches are cropped as usual.
+One token at a time keeps this reference simple and bit-faithful to target-only decoding; a GPU
+path would stage the same per-position states from one fused recurrent kernel.
+"""
+
+from __future__ import annotations
+
+import types
+
+import torch
+from torch import nn
+from transformers import DynamicCache
+from transformers.cache_utils import DynamicLayer, LinearAttentionCacheLayerMixin
+
+LINEAR_LAYER_CLASSES = ("DeltaAttention", "GatedDeltaNet")  # class-name suffixes: bailing_hybrid KDA, Qwen3-Next
+
+
+def linear_layers(model: nn.Module) -> dict[int, nn.Module]:
+    """layer_idx -> linear-attention module, for the model's linear layers."""
+    return {m.layer_idx: m for m in model.modules()
+            if type(m).__name__.endswith(LINEAR_LAYER_CLASSES) and isinstance(getattr(m, "layer_idx", None), int)}
+
+
+def has_linear_layers(model: nn.Module) -> bool:
+    return bool(linear_layers(model))
+
+
+class LinearStateStager:
+    """Wraps a model's linear-attention layers for the lifetime of one decode (a context manager)."""
+
+    def __init__(self, model: nn.Module) -> None:
+        self.layers = linear_layers(model)
+        self.staging = False
+        self.staged: dict[int, list[tuple[torch.Tensor, torch.Tensor]]] = {}
+
+    def __enter__(self) -> "LinearStateStager":
+        for idx, module in self.layers.items():
+            original = module.forward
+
+            def staged_forward(this, hidden_states, cache=None, attention_mask=None, _orig=original, _idx=idx, **kw):
+                if not self.staging or cache is None or hidden_states.shape[1] == 1:
+                    return _orig(hidden_states, cache=cache, attention_mask=attention_mask, **kw)
+                outs, states = [], []
+                layer = cache.layers[_idx]
+                for t in range(hidden_states.shape[1]):
+                    outs.append(_orig(hidden_states[:, t:t + 1], cache=cache, attention_mask=None, **kw))
+                    states.append((layer.conv_states[0].clone(), layer.recurrent_states[0].clone()))
+                self.staged[_idx] = states
+                return torch.cat(outs, dim=1)
+
+            module._splitserve_original_forward = original
+            module.forward = types.MethodType(staged_forward, module)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for module in self.layers.values():
+            module.forward = module._splitserve_original_forward
+            del module._splitserve_original_forward
+
+    def commit(self, cache: DynamicCache, position: int) -> None:
+        """Keep the states after staged position `position` (0 = the anchor)."""
+        for idx, states in self.staged.items():
+            conv, recurrent = states[position]
+            layer = cache.layers[idx]
+            layer.conv_states[0].copy_(conv)
+            layer.recurrent_states[0].copy_(recurrent)
+        self.staged = {}
+
+
+def crop_attention_layers(cache: DynamicCache, remove: int) -> None:
+    """Drop the last `remove` positions from every attention layer's KV cache; linear-attention
+    layers are restored by `LinearStateStager.commit` instead."""
+    if remove <= 0:
+        return
+    for layer in cache.layers:
+        if isinstance(layer, LinearAttentionCacheLayerMixin):
+            if isinstance(layer, DynamicLayer):  # a layer holding both kinds of state
+                DynamicLayer.crop(layer, -remove)
+        else:
+            layer.crop(-remove)
