@@ -5,6 +5,8 @@ silently ignored."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any, Type, TypeVar
 
 from omegaconf import OmegaConf
@@ -23,3 +25,14 @@ def load_dataclass(cls: Type[T], node: Any, where: str) -> T:
         key = getattr(exc, "full_key", None) or "?"
         name = f"{where}.{key}" if where else key
         raise ValueError(f"bad config key {name}: {str(exc).splitlines()[0]}") from None
+
+
+def read_json(path: str | Path, what: str) -> Any:
+    """Parsed JSON of `path`; a missing file or bad JSON raises an error naming `what` and the file."""
+    path = Path(path)
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{what} {path} does not exist") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{what} {path}: not valid JSON ({exc.msg}, line {exc.lineno})") from None

@@ -11,11 +11,12 @@ The result is the JSON SGLang reads from `--speculative-dspark-confidence-sts-pa
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
+
+from .config_io import read_json
 
 
 def default_grid() -> torch.Tensor:
@@ -118,12 +119,7 @@ def fit_sts(logits: torch.Tensor, num_accepted: torch.Tensor, grid: torch.Tensor
 def read_temperatures(path: str | Path, gamma: int) -> list[float]:
     """The per-position temperatures of an STS JSON file (ours or SGLang's), checked against gamma."""
     path = Path(path)
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise FileNotFoundError(f"STS file {path} does not exist") from None
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"STS file {path}: not valid JSON ({exc.msg}, line {exc.lineno})") from None
+    data = read_json(path, "STS file")
     temps = data.get("temperatures") if isinstance(data, dict) else None
     if (not isinstance(temps, list) or len(temps) != gamma
             or not all(isinstance(t, (int, float)) and t > 0 for t in temps)):

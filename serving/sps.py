@@ -12,6 +12,8 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from draft_models.config_io import read_json
+
 
 @dataclass(frozen=True)
 class SpsTable:
@@ -42,12 +44,7 @@ class SpsTable:
     @classmethod
     def load(cls, path: str | Path) -> "SpsTable":
         path = Path(path)
-        try:
-            data = json.loads(path.read_text())
-        except FileNotFoundError:
-            raise FileNotFoundError(f"SPS table {path} does not exist") from None
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"SPS table {path}: not valid JSON ({exc.msg}, line {exc.lineno})") from None
+        data = read_json(path, "SPS table")
         expected = {"sample_batch_tokens", "sample_steps_per_sec", "max_batch_tokens"}
         if not isinstance(data, dict) or set(data) != expected:
             got = sorted(data) if isinstance(data, dict) else type(data).__name__
