@@ -36,12 +36,17 @@ JOBS = [("rope", "0", "draft.rope=full"), ("rope", "1", "draft.rope=partial"), (
         ("arch", "0", "draft=dflash"), ("arch", "1", "draft=eagle3 draft.num_layers=1")]
 
 
+def single_run(job: Path, axis: str, overrides: list[str]) -> list[str]:
+    """The command of one job run on its own, in the directory layout a multirun would give it."""
+    return [sys.executable, "-m", "splitserve.train", "+recipe=smol", *axis.split(), *overrides,
+            f"train.run_dir={job}", f"hydra.run.dir={job}"]
+
+
 def train_parallel(out: Path, overrides: list[str]) -> None:
     procs = []
     for i, (sweep, n, axis) in enumerate(JOBS):
         job = out / sweep / n
-        cmd = [sys.executable, "-m", "splitserve.train", "+recipe=smol", *axis.split(), *overrides, f"train.run_dir={job}",
-               f"hydra.run.dir={job}", f"split.master_port={29400 + 10 * i}"]
+        cmd = single_run(job, axis, overrides) + [f"split.master_port={29400 + 10 * i}"]
         print(" ".join(cmd), flush=True)
         job.mkdir(parents=True, exist_ok=True)
         procs.append(subprocess.Popen(cmd, cwd=ROOT, stdout=open(job / "train.out", "w"), stderr=subprocess.STDOUT))
@@ -106,10 +111,9 @@ def main() -> None:
     if phase == "train-rope":
         train(out, "rope", "draft.rope=full,partial,interleaved", rest)
     elif phase == "train-arch":  # EAGLE-3 is a single-layer chain: the recipe's num_layers=2 does not apply
-        for n, axis in (("0", "draft=dflash"), ("1", "draft=eagle3 draft.num_layers=1")):
-            job = out / "arch" / n
-            subprocess.run([sys.executable, "-m", "splitserve.train", "+recipe=smol", *axis.split(), *rest,
-                            f"train.run_dir={job}", f"hydra.run.dir={job}"], cwd=ROOT, check=True)
+        for sweep, n, axis in JOBS:
+            if sweep == "arch":
+                subprocess.run(single_run(out / sweep / n, axis, rest), cwd=ROOT, check=True)
     elif phase == "train-all-parallel":
         train_parallel(out, rest)
     elif phase == "evaluate":

@@ -34,7 +34,7 @@ from transformers import DynamicCache
 
 from splitserve.capture import capture_states
 
-from .linear_state import LinearStateStager, crop_attention_layers, has_linear_layers
+from .linear_state import LinearStateStager, crop_cache, has_linear_layers
 from .proposers import make_proposer, pick
 from .scheduler import SchedulerConfig, single_request_length
 
@@ -55,13 +55,6 @@ class DecodeResult:
     @property
     def steps(self) -> int:
         return len(self.accept_lengths)
-
-
-def truncate_cache(cache: DynamicCache, length: int) -> None:
-    """Keep the first `length` positions (transformers 5: crop(-n) removes the last n)."""
-    remove = cache.get_seq_length() - length
-    if remove > 0:
-        cache.crop(-remove)
 
 
 def accept_block(drafts: torch.Tensor, dists: Optional[torch.Tensor], logits: torch.Tensor, n_verify: torch.Tensor,
@@ -185,11 +178,9 @@ class SpeculativeDecoder:
             n_acc, n_ver, emitted = packed[0], packed[1], packed[2: 3 + packed[0]]
             if eos_token_id is not None and eos_token_id in emitted:
                 emitted = emitted[: emitted.index(eos_token_id) + 1]
-            if stager is not None:  # linear layers: commit the staged state; attention layers: crop
+            if stager is not None:  # linear layers: keep the staged state of the last committed position
                 stager.commit(cache, n_acc)
-                crop_attention_layers(cache, width - n_acc - 1)
-            else:
-                truncate_cache(cache, pos + n_acc + 1)  # drop the target states of rejected and padding tokens
+            crop_cache(cache, width - n_acc - 1)  # drop the target states of rejected and padding tokens
             if proposer is not None:
                 proposer.commit(feats[: n_acc + 1], torch.cat((anchor, drafts[:n_acc])), pos)
             out.token_ids += emitted

@@ -75,7 +75,6 @@ def run_bench(decoder: SpeculativeDecoder, tok, items: list[list[str]], args, de
     baseline = SpeculativeDecoder(decoder.target, None)
     spec, base = Tally(decoder.gamma), Tally(1)
     identical = turns = 0
-    spec_msgs: list[dict]
     for i, item in enumerate(tqdm(items, desc=desc, unit="item", dynamic_ncols=True)):
         spec_msgs, base_msgs = [], []
         for turn in item:

@@ -73,9 +73,9 @@ class LinearStateStager:
         self.staged = {}
 
 
-def crop_attention_layers(cache: DynamicCache, remove: int) -> None:
-    """Drop the last `remove` positions from every attention layer's KV cache; linear-attention
-    layers are restored by `LinearStateStager.commit` instead."""
+def crop_cache(cache: DynamicCache, remove: int) -> None:
+    """Drop the last `remove` positions from every layer that keeps per-position keys/values (all
+    layers of a plain cache); linear-attention layers are restored by `LinearStateStager.commit`."""
     if remove <= 0:
         return
     for layer in cache.layers:

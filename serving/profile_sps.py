@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, DynamicCache
 
-from .linear_state import crop_attention_layers
+from .linear_state import crop_cache
 from .sps import SpsTable
 
 
@@ -46,7 +46,7 @@ def profile(target, widths: list[int], context: int, repeats: int, device) -> Sp
                 if device.type == "cuda":
                     torch.cuda.synchronize()
                 times.append(time.perf_counter() - t0)
-                crop_attention_layers(cache, w)  # back to `context` (linear layers' state is irrelevant to timing)
+                crop_cache(cache, w)  # back to `context` (linear layers' state is irrelevant to timing)
             rates.append(1.0 / statistics.median(times[1:]))
     return SpsTable(list(widths), rates, widths[-1])
 
