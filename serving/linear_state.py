@@ -11,6 +11,8 @@ path would stage the same per-position states from one fused recurrent kernel.
 
 from __future__ import annotations
 
+import inspect
+import sys
 import types
 
 import torch
@@ -29,6 +31,33 @@ def linear_layers(model: nn.Module) -> dict[int, nn.Module]:
 
 def has_linear_layers(model: nn.Module) -> bool:
     return bool(linear_layers(model))
+
+
+# transformers binds these module-level functions to fla-core's kernels when fla imports, else to
+# its pure-torch reference (`transformers.integrations.hub_kernels.use_kernel_func_from_hub_with_fallback`).
+KERNEL_FUNCTIONS = ("chunk_kimi_delta_attention", "recurrent_kimi_delta_attention",
+                    "chunk_gated_delta_rule", "fused_recurrent_gated_delta_rule")
+
+
+def linear_kernels(model: nn.Module) -> dict[str, str]:
+    """function name -> module of the implementation the model's linear layers call (e.g.
+    `fla.ops.kda.chunk`, or the modeling module itself for the torch fallback): says whether the
+    fast kernels are in use. Empty for a model without linear layers."""
+    layers = linear_layers(model)
+    if not layers:
+        return {}
+    module = sys.modules[type(next(iter(layers.values()))).__module__]
+    found = {}
+    for name in KERNEL_FUNCTIONS:
+        fn = getattr(module, name, None)
+        if fn is None:
+            continue
+        try:
+            impl = inspect.getclosurevars(fn).nonlocals.get("implementation", fn)
+        except TypeError:
+            impl = fn
+        found[name] = getattr(impl, "__module__", "unknown")
+    return found
 
 
 class LinearStateStager:

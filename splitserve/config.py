@@ -67,8 +67,8 @@ class DataConfig:
 
 @dataclass
 class SplitConfig:
-    """How one node is divided. null process counts: half of the visible GPUs each (GPU),
-    or one process each (CPU)."""
+    """How one node is divided. null process counts on a GPU node: one trainer and a target on
+    every other GPU (or the GPUs the other count leaves); on CPU one process each."""
 
     target_procs: Optional[int] = None
     trainer_procs: Optional[int] = None

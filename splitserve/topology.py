@@ -3,7 +3,8 @@
 The global sample stream is indexed by g = 0, 1, 2, ...; optimizer step s consumes
 g in [s * R * B, (s + 1) * R * B) for R trainers taking B = micro_batch * grad_accum samples each,
 trainer r the slice starting at s * R * B + r * B. Each trainer is fed by a fixed list of target
-workers, the j-th sample of a trainer's slice coming from source j mod len(sources). Everything
+workers, the k-th sample a trainer consumes (counted over all steps) coming from source k mod
+len(sources), so its sources share the work evenly even when they outnumber B. Everything
 is a pure function of (step, rank), so a resumed run needs no cursor but the step, and each
 produced sample has exactly one consumer. Held-out evaluation samples use ids g < 0:
 eval prompt i is g = -(i + 1) and goes to trainer i mod R, before any training sample.
@@ -40,8 +41,9 @@ class Topology:
             j = i // self.num_trainers
         else:
             b = self.samples_per_trainer_step
-            trainer = (g // b) % self.num_trainers
-            j = g % b
+            step, offset = divmod(g, self.num_trainers * b)
+            trainer, j = divmod(offset, b)
+            j += step * b  # position in this trainer's own stream: its sources take turns across steps
         src = self.sources(trainer)
         return src[j % len(src)], trainer
 

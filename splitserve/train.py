@@ -38,9 +38,11 @@ def build_topology(cfg: RunConfig, device: str) -> Topology:
     if cfg.split.colocated:
         targets = trainers = 1
     elif device == "cuda":
+        # Unset counts: one trainer, every other GPU a target. Measured on H200s (docs/bench/splits.md)
+        # one trainer GPU outpaces dozens of HF target GPUs, so targets are where GPUs pay off.
         n = torch.cuda.device_count()
-        targets = cfg.split.target_procs or max(1, n // 2)
-        trainers = cfg.split.trainer_procs or max(1, n - targets)
+        trainers = cfg.split.trainer_procs or (max(1, n - cfg.split.target_procs) if cfg.split.target_procs else 1)
+        targets = cfg.split.target_procs or max(1, n - trainers)
     else:
         targets, trainers = cfg.split.target_procs or 1, cfg.split.trainer_procs or 1
     return Topology(targets, trainers, cfg.train.micro_batch * cfg.train.grad_accum, cfg.data.eval_prompts)

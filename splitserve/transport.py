@@ -41,20 +41,32 @@ class Link:
     device: torch.device
 
 
-def send_sample(pg, dst: int, sample_id: int, s: SequenceSample, stats: tuple[float, float], device) -> None:
-    """`pg`, `device`: the data group and where its backend wants tensors (CPU for gloo, the GPU for NCCL)."""
+def send_sample(pg, dst: int, sample_id: int, s: SequenceSample, stats: tuple[float, float], device) -> list:
+    """`pg`, `device`: the data group and where its backend wants tensors (CPU for gloo, the GPU for
+    NCCL). gloo sends complete before this returns. NCCL sends are only enqueued: the returned
+    works (which keep their tensors alive) complete once the trainer posts its receives; waiting
+    here would make the target's compute stream wait for the trainer, hiding back-pressure inside
+    the target's busy time. Credits bound how many can be outstanding."""
     length, width = s.aux_hidden.shape
     header = torch.tensor([sample_id, length, width, s.final_hidden.shape[1], DTYPES.index(s.aux_hidden.dtype)],
                           dtype=torch.long)
     pieces = [t.to(device) for t in (header, torch.tensor(stats, dtype=torch.float64), s.input_ids.long(),
                                      s.loss_mask.to(torch.uint8), s.aux_hidden.contiguous(), s.final_hidden.contiguous())]
-    for t in pieces:
-        pg.send([t], dst, DATA).wait()
+    works = [pg.send([t], dst, DATA) for t in pieces] if device.type == "cuda" else []
+    if device.type != "cuda":
+        for t in pieces:
+            pg.send([t], dst, DATA).wait()
+    return works
 
 
 def recv_sample(pg, src: int, device) -> tuple[int, SequenceSample, tuple[float, float]]:
+    """Receive one sample. On a GPU this runs on the receiver thread's own stream and returns only
+    once the sample is complete (see `SampleReceiver`)."""
+    stream = torch.cuda.current_stream(device) if device.type == "cuda" else None
     header = torch.empty(5, dtype=torch.long, device=device)
     pg.recv([header], src, DATA).wait()
+    if stream is not None:
+        stream.synchronize()
     sample_id, length, width, hidden, code = header.tolist()
     dtype = DTYPES[code]
     stats = torch.empty(2, dtype=torch.float64, device=device)
@@ -64,7 +76,10 @@ def recv_sample(pg, src: int, device) -> tuple[int, SequenceSample, tuple[float,
     final = torch.empty(length, hidden, dtype=dtype, device=device)
     for t in (stats, ids, mask, aux, final):
         pg.recv([t], src, DATA).wait()
-    return sample_id, SequenceSample(ids, mask.bool(), aux, final), (float(stats[0]), float(stats[1]))
+    sample = SequenceSample(ids, mask.bool(), aux, final)
+    if stream is not None:
+        stream.synchronize()
+    return sample_id, sample, (float(stats[0]), float(stats[1]))
 
 
 def grant_credit(link: Link, dst: int) -> object:
@@ -77,7 +92,13 @@ def wait_credit(link: Link, src: int) -> None:
 
 class SampleReceiver:
     """A trainer's receiving thread: grants credits and fills a bounded queue, in the exact order
-    the trainer consumes (`plan`: (sample_id, source link rank) pairs)."""
+    the trainer consumes (`plan`: (sample_id, source link rank) pairs).
+
+    On a GPU the thread receives on a CUDA stream of its own. On the default stream (which every
+    thread of the process shares) its waits for the next sample would stall the training step's
+    kernels queued behind them: the trainer's data wait would show up as compute, and the target
+    would be held to the trainer's step. `take` marks each tensor as used on the consumer's stream
+    so the allocator does not hand its memory back to the receiving stream too early."""
 
     def __init__(self, link: Link, plan: list[tuple[int, int]], window: int) -> None:
         self.link, self.plan, self.window = link, plan, window
@@ -91,57 +112,83 @@ class SampleReceiver:
         try:
             if self.link.device.type == "cuda":
                 torch.cuda.set_device(self.link.device)  # the CUDA current device is per thread
-            pending = []
-            granted: dict[int, int] = defaultdict(int)
-            per_src: dict[int, list[int]] = defaultdict(list)
-            for i, (_, src) in enumerate(self.plan):
-                per_src[src].append(i)
-            # up-front credits: the first `window` samples of every route
-            for src, idx in per_src.items():
-                for _ in idx[: self.window]:
-                    pending.append(grant_credit(self.link, src))
-                    granted[src] += 1
-            for expected_id, src in self.plan:
-                sample_id, sample, stats = recv_sample(self.link.data, src, self.link.device)
-                if sample_id != expected_id:
-                    raise RuntimeError(f"route from link rank {src}: expected sample {expected_id}, got {sample_id}")
-                self.target_stats[src] = stats
-                self.queue.put((sample_id, sample))
-                if granted[src] < len(per_src[src]):
-                    pending.append(grant_credit(self.link, src))
-                    granted[src] += 1
-                pending = [w for w in pending if not w.is_completed()]
-            for w in pending:
-                w.wait()
+                with torch.cuda.stream(torch.cuda.Stream(self.link.device)):
+                    self._receive_all()
+            else:
+                self._receive_all()
         except BaseException as exc:  # surfaced to the training thread by take()
             self.error = exc
             self.queue.put(None)
+
+    def _receive_all(self) -> None:
+        pending = []
+        granted: dict[int, int] = defaultdict(int)
+        per_src: dict[int, list[int]] = defaultdict(list)
+        for i, (_, src) in enumerate(self.plan):
+            per_src[src].append(i)
+        # up-front credits: the first `window` samples of every route
+        for src, idx in per_src.items():
+            for _ in idx[: self.window]:
+                pending.append(grant_credit(self.link, src))
+                granted[src] += 1
+        for expected_id, src in self.plan:
+            sample_id, sample, stats = recv_sample(self.link.data, src, self.link.device)
+            if sample_id != expected_id:
+                raise RuntimeError(f"route from link rank {src}: expected sample {expected_id}, got {sample_id}")
+            self.target_stats[src] = stats
+            self.queue.put((sample_id, sample))
+            if granted[src] < len(per_src[src]):
+                pending.append(grant_credit(self.link, src))
+                granted[src] += 1
+            pending = [w for w in pending if not w.is_completed()]
+        for w in pending:
+            w.wait()
 
     def take(self) -> tuple[int, SequenceSample]:
         item = self.queue.get()
         if item is None:
             raise RuntimeError("sample receiver failed") from self.error
+        sample = item[1]
+        if sample.aux_hidden.is_cuda:
+            stream = torch.cuda.current_stream(sample.aux_hidden.device)
+            for t in (sample.input_ids, sample.loss_mask, sample.aux_hidden, sample.final_hidden):
+                t.record_stream(stream)
         return item
 
 
 def serve_samples(link: Link, sample_ids: Iterable[int], route: Callable[[int], int], produce: Callable[[int], SequenceSample],
                   on_sent: Optional[Callable[[int, SequenceSample], None]] = None) -> dict:
-    """A target worker's loop: produce each sample, wait for a credit from its trainer, send."""
-    busy = wait = 0.0
+    """A target worker's loop: produce each sample, wait for a credit from its trainer, send.
+    busy = producing (synchronised on a GPU, so it is the GPU's time too), credit wait = idle."""
+    busy = wait = send = 0.0
     tokens = 0
     sent: list[int] = []
+    produce_s: list[float] = []  # per sample; a batched producer charges a whole batch to its first sample
+    pending: list = []  # NCCL sends not yet matched by the trainer's receives
     for g in sample_ids:
         t0 = time.perf_counter()
         sample = produce(g)
+        if sample.aux_hidden.is_cuda:  # the compute stream only: the NCCL sends in flight are the trainer's pace
+            torch.cuda.current_stream(sample.aux_hidden.device).synchronize()
         t1 = time.perf_counter()
         dst = route(g)
         wait_credit(link, dst)
         t2 = time.perf_counter()
         busy += t1 - t0
         wait += t2 - t1
-        send_sample(link.data, dst, g, sample, (busy, wait), link.device)
+        produce_s.append(round(t1 - t0, 6))
+        pending = [w for w in pending if not w.is_completed()]
+        pending += send_sample(link.data, dst, g, sample, (busy, wait), link.device)
+        send += time.perf_counter() - t2
         sent.append(int(g))
         tokens += int(sample.input_ids.numel())
         if on_sent is not None:
             on_sent(g, sample)
-    return {"samples": len(sent), "tokens": tokens, "busy_s": busy, "credit_wait_s": wait, "sample_ids": sent}
+    t3 = time.perf_counter()
+    for w in pending:
+        w.wait()
+    if link.device.type == "cuda":
+        torch.cuda.current_stream(link.device).synchronize()
+    send += time.perf_counter() - t3
+    return {"samples": len(sent), "tokens": tokens, "busy_s": busy, "credit_wait_s": wait, "send_s": send,
+            "sample_ids": sent, "produce_s": produce_s}

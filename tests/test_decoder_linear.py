@@ -49,3 +49,15 @@ def test_without_the_rollback_the_output_changes(tmp_path, monkeypatch):
     monkeypatch.setattr(LinearStateStager, "commit", lambda self, cache, position: keep_last(self, cache, -1))
     broken = SpeculativeDecoder(target, draft).generate(prompt, 16)
     assert broken.token_ids != plain.token_ids
+
+
+def test_linear_kernels_names_the_implementation_in_use(tmp_path):
+    """Without fla-core (this CPU machine), transformers' pure-torch KDA is what runs."""
+    from serving.linear_state import linear_kernels
+
+    model_dir = ensure_ling3_mini({}, cache_dir=tmp_path)
+    target = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    kernels = linear_kernels(target)
+    assert set(kernels) == {"chunk_kimi_delta_attention", "recurrent_kimi_delta_attention"}
+    assert all(m == "transformers.models.bailing_hybrid.modeling_bailing_hybrid" for m in kernels.values()), kernels
+    assert linear_kernels(torch.nn.Linear(2, 2)) == {}

@@ -1,8 +1,10 @@
 """Routes between target and trainer workers: every sample has one producer and one consumer."""
 
 from collections import Counter
+from pathlib import Path
 
 import pytest
+import torch
 
 from splitserve.topology import Topology
 
@@ -33,3 +35,32 @@ def test_step_slices_and_resume_cursor():
     assert list(t.target_samples(0, 3, 4)) == list(range(24, 32))
     with pytest.raises(ValueError, match="at least one target and one trainer"):
         Topology(0, 1, 1)
+
+
+@pytest.mark.parametrize("gpus, overrides, expected", [
+    (8, [], (7, 1)),                               # unset: one trainer, a target on every other GPU
+    (8, ["split.trainer_procs=2"], (6, 2)),
+    (8, ["split.target_procs=4"], (4, 4)),
+    (8, ["split.target_procs=2", "split.trainer_procs=6"], (2, 6)),
+    (2, [], (1, 1)),
+    (1, [], (1, 1)),                               # one GPU: both share it
+])
+def test_default_gpu_split(monkeypatch, gpus, overrides, expected):
+    """GPU counts cannot exist on this machine: device_count is the one thing stood in for."""
+    from hydra import compose, initialize_config_dir
+
+    from splitserve.config import load_run_config
+    from splitserve.train import build_topology
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
+    with initialize_config_dir(str(Path(__file__).resolve().parents[1] / "conf"), version_base="1.3"):
+        cfg = load_run_config(compose("config", overrides=overrides))
+    t = build_topology(cfg, "cuda")
+    assert (t.num_targets, t.num_trainers) == expected
+
+
+def test_more_targets_than_samples_per_step_still_share_the_work():
+    """7 targets feeding 1 trainer that takes 2 samples a step: every target produces, evenly."""
+    t = Topology(7, 1, samples_per_trainer_step=2)
+    per_target = [len(list(t.target_samples(i, 0, 14))) for i in range(7)]
+    assert per_target == [4] * 7
