@@ -161,7 +161,7 @@ def compare_splits(splits: list[tuple[int, int]], global_batch: int, max_procs: 
                                           f"train.micro_batch={micro}", "train.grad_accum=1"])
             job = proxies[micro]
         row = {"split": f"{t}+{g}", "micro_batch": micro, "mode": "measured" if fits else "projected from 1+1",
-               "targets": t, "job": job}
+               "job": job}
         if fits:
             row["measured"] = {"step_s": job["steady"]["step_s"],
                                "samples_per_s": global_batch / job["steady"]["step_s"],
@@ -172,8 +172,8 @@ def compare_splits(splits: list[tuple[int, int]], global_batch: int, max_procs: 
         if on_result is not None:
             on_result(rows)
     rate = pooled_target_rate(list({id(r["job"]): r["job"] for r in rows}.values()))  # a proxy counts once
-    for row in rows:
-        row["projected"] = project(row["job"], row.pop("targets"), global_batch, rate)
+    for (t, _), row in zip(splits, rows):
+        row["projected"] = project(row["job"], t, global_batch, rate)
 
     def best_rate(row: dict) -> float:
         return (row.get("measured") or row["projected"])["samples_per_s"]

@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 
 from draft_models import DraftConfig, TargetSpec, build_draft  # noqa: E402
 from serving.decoder import SpeculativeDecoder  # noqa: E402
-from serving.linear_state import KERNEL_FUNCTIONS, linear_kernels, linear_layers  # noqa: E402
+from serving.linear_state import KERNEL_FUNCTIONS, linear_kernels, linear_modeling_module  # noqa: E402
 from serving.scheduler import SchedulerConfig  # noqa: E402
 from splitserve.targets import ensure_ling3_mini, load_frozen_head  # noqa: E402
 
@@ -35,7 +35,7 @@ from splitserve.targets import ensure_ling3_mini, load_frozen_head  # noqa: E402
 @contextlib.contextmanager
 def torch_reference(model):
     """Swap the model's kernel functions for transformers' pure-torch versions (`__wrapped__`)."""
-    module = sys.modules[type(next(iter(linear_layers(model).values()))).__module__]
+    module = linear_modeling_module(model)
     saved = {n: getattr(module, n) for n in KERNEL_FUNCTIONS if hasattr(module, n)}
     try:
         for name, fn in saved.items():

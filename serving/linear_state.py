@@ -39,14 +39,20 @@ KERNEL_FUNCTIONS = ("chunk_kimi_delta_attention", "recurrent_kimi_delta_attentio
                     "chunk_gated_delta_rule", "fused_recurrent_gated_delta_rule")
 
 
+def linear_modeling_module(model: nn.Module):
+    """The transformers modeling module whose globals the model's linear layers call (None if the
+    model has no linear layers)."""
+    layers = linear_layers(model)
+    return sys.modules[type(next(iter(layers.values()))).__module__] if layers else None
+
+
 def linear_kernels(model: nn.Module) -> dict[str, str]:
     """function name -> module of the implementation the model's linear layers call (e.g.
     `fla.ops.kda.chunk`, or the modeling module itself for the torch fallback): says whether the
     fast kernels are in use. Empty for a model without linear layers."""
-    layers = linear_layers(model)
-    if not layers:
+    module = linear_modeling_module(model)
+    if module is None:
         return {}
-    module = sys.modules[type(next(iter(layers.values()))).__module__]
     found = {}
     for name in KERNEL_FUNCTIONS:
         fn = getattr(module, name, None)

@@ -41,8 +41,10 @@ def build_topology(cfg: RunConfig, device: str) -> Topology:
         # Unset counts: one trainer, every other GPU a target. Measured on H200s (docs/bench/splits.md)
         # one trainer GPU outpaces dozens of HF target GPUs, so targets are where GPUs pay off.
         n = torch.cuda.device_count()
-        trainers = cfg.split.trainer_procs or (max(1, n - cfg.split.target_procs) if cfg.split.target_procs else 1)
-        targets = cfg.split.target_procs or max(1, n - trainers)
+        targets, trainers = cfg.split.target_procs, cfg.split.trainer_procs
+        if not trainers:
+            trainers = max(1, n - targets) if targets else 1
+        targets = targets or max(1, n - trainers)
     else:
         targets, trainers = cfg.split.target_procs or 1, cfg.split.trainer_procs or 1
     return Topology(targets, trainers, cfg.train.micro_batch * cfg.train.grad_accum, cfg.data.eval_prompts)

@@ -52,11 +52,11 @@ def send_sample(pg, dst: int, sample_id: int, s: SequenceSample, stats: tuple[fl
                           dtype=torch.long)
     pieces = [t.to(device) for t in (header, torch.tensor(stats, dtype=torch.float64), s.input_ids.long(),
                                      s.loss_mask.to(torch.uint8), s.aux_hidden.contiguous(), s.final_hidden.contiguous())]
-    works = [pg.send([t], dst, DATA) for t in pieces] if device.type == "cuda" else []
-    if device.type != "cuda":
-        for t in pieces:
-            pg.send([t], dst, DATA).wait()
-    return works
+    if device.type == "cuda":
+        return [pg.send([t], dst, DATA) for t in pieces]
+    for t in pieces:
+        pg.send([t], dst, DATA).wait()
+    return []
 
 
 def recv_sample(pg, src: int, device) -> tuple[int, SequenceSample, tuple[float, float]]:
