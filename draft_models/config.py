@@ -9,16 +9,25 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
-ARCHS = ("dspark", "dflash", "eagle3")
+from .config_io import load_dataclass
+from .registry import get_arch
+
 ROPES = ("full", "partial", "interleaved", "none")
 ATTENTIONS = ("qwen3", "ling3_mla")
-SEQUENTIAL_HEADS = ("markov", "rnn", "none")
+SEQUENTIAL_HEADS = ("markov", "gated", "rnn", "none")
 DIVERGENCES = ("tv", "forward_kl")
 
 
-def _bad(field_name: str, value: Any, allowed: str) -> ValueError:
+# Target model types whose SGLang 0.5.23 class captures DSpark states after layer i itself
+# (BailingMoeV3ForCausalLM.set_dspark_layers_to_capture, the final layer through its final norm);
+# other classes capture "before layer i + 1", which never happens for the last layer.
+FINAL_LAYER_CAPTURE_TYPES = ("bailing_hybrid", "bailing_moe_v3")
+
+
+def bad_value(field_name: str, value: Any, allowed: str) -> ValueError:
+    """The error every config check raises: names the field, the value and what is allowed."""
     return ValueError(f"draft.{field_name}={value!r} is invalid; allowed: {allowed}")
 
 
@@ -29,7 +38,8 @@ def dflash_layer_ids(num_target_layers: int, num_ids: int) -> list[int]:
     start, end = 1, num_target_layers - 3
     if end < start:
         raise ValueError(
-            f"the evenly spaced target-layer rule needs a target with >= 4 layers, got {num_target_layers}"
+            "the evenly spaced target-layer rule needs a target with >= 4 layers, got "
+            f"{num_target_layers}"
         )
     return [int(round(start + i * (end - start) / (num_ids - 1))) for i in range(num_ids)]
 
@@ -48,16 +58,16 @@ class TargetSpec:
     intermediate_size: int
     rms_norm_eps: float = 1e-6
     rope_theta: float = 10000.0
-    pad_token_id: Optional[int] = None
+    pad_token_id: int | None = None
     tie_word_embeddings: bool = False
     # MLA facts (Ling-3 / bailing_hybrid); None for targets without MLA layers.
-    kv_lora_rank: Optional[int] = None
-    qk_nope_head_dim: Optional[int] = None
-    qk_rope_head_dim: Optional[int] = None
-    v_head_dim: Optional[int] = None
+    kv_lora_rank: int | None = None
+    qk_nope_head_dim: int | None = None
+    qk_rope_head_dim: int | None = None
+    v_head_dim: int | None = None
 
     @classmethod
-    def from_hf_config(cls, config: Any) -> "TargetSpec":
+    def from_hf_config(cls, config: Any) -> TargetSpec:
         text = config.get_text_config() if hasattr(config, "get_text_config") else config
         heads = int(text.num_attention_heads)
         hidden = int(text.hidden_size)
@@ -83,6 +93,22 @@ class TargetSpec:
         )
 
     @property
+    def max_capture_id(self) -> int:
+        """The deepest layer whose output SGLang 0.5.23 can capture for DSpark on this target."""
+        last = self.num_layers - 1
+        return last if self.model_type in FINAL_LAYER_CAPTURE_TYPES else last - 1
+
+    @property
+    def capture_rule(self) -> str:
+        """Why `max_capture_id` is what it is, for error messages."""
+        if self.model_type in FINAL_LAYER_CAPTURE_TYPES:
+            return f"SGLang's {self.model_type} model captures after each layer, the last included."
+        return (
+            f"SGLang captures a {self.model_type} layer's output when the next layer starts, so "
+            f"the last layer ({self.num_layers - 1}) is never captured."
+        )
+
+    @property
     def default_mask_token_id(self) -> int:
         """A token id the target never needs to predict: its pad token, else the last id."""
         if self.pad_token_id is not None and 0 <= int(self.pad_token_id) < self.vocab_size:
@@ -105,14 +131,14 @@ class LossConfig:
 
     def validate(self) -> None:
         if self.divergence not in DIVERGENCES:
-            raise _bad("loss.divergence", self.divergence, ", ".join(DIVERGENCES))
+            raise bad_value("loss.divergence", self.divergence, ", ".join(DIVERGENCES))
         for name in ("ce_weight", "distill_weight", "confidence_weight"):
             if getattr(self, name) < 0:
-                raise _bad(f"loss.{name}", getattr(self, name), "a weight >= 0")
+                raise bad_value(f"loss.{name}", getattr(self, name), "a weight >= 0")
         if self.position_decay <= 0:
-            raise _bad("loss.position_decay", self.position_decay, "a number > 0")
+            raise bad_value("loss.position_decay", self.position_decay, "a number > 0")
         if self.chunk_rows < 1:
-            raise _bad("loss.chunk_rows", self.chunk_rows, "an integer >= 1")
+            raise bad_value("loss.chunk_rows", self.chunk_rows, "an integer >= 1")
 
 
 @dataclass
@@ -122,36 +148,42 @@ class DraftConfig:
     arch: str = "dspark"
     num_layers: int = 5
     block_size: int = 7
-    target_layer_ids: Optional[list[int]] = None
-    num_target_layer_ids: Optional[int] = None  # how many ids the default rule picks; None: num_layers
-    hidden_size: Optional[int] = None
-    num_attention_heads: Optional[int] = None
-    num_key_value_heads: Optional[int] = None
-    head_dim: Optional[int] = None
-    intermediate_size: Optional[int] = None
-    rms_norm_eps: Optional[float] = None
+    target_layer_ids: list[int] | None = None
+    num_target_layer_ids: int | None = None  # how many ids the default rule picks; None: num_layers
+    hidden_size: int | None = None
+    num_attention_heads: int | None = None
+    num_key_value_heads: int | None = None
+    head_dim: int | None = None
+    intermediate_size: int | None = None
+    rms_norm_eps: float | None = None
     rope: str = "full"
     partial_rotary_factor: float = 0.5
-    rope_theta: Optional[float] = None
+    rope_theta: float | None = None
     attention: str = "qwen3"
-    sliding_window: Optional[int] = None
+    sliding_window: int | None = None
     # ling3_mla only; None takes the target's MLA shape (or a Ling-like default).
-    kv_lora_rank: Optional[int] = None
-    qk_nope_head_dim: Optional[int] = None
-    qk_rope_head_dim: Optional[int] = None
-    v_head_dim: Optional[int] = None
+    kv_lora_rank: int | None = None
+    qk_nope_head_dim: int | None = None
+    qk_rope_head_dim: int | None = None
+    v_head_dim: int | None = None
     sequential_head: str = "markov"
     markov_rank: int = 256
     confidence_head: bool = True
-    mask_token_id: Optional[int] = None
+    mask_token_id: int | None = None
     loss: LossConfig = field(default_factory=LossConfig)
+
+    @classmethod
+    def for_arch(cls, arch: str, **overrides: Any) -> DraftConfig:
+        """The defaults of architecture `arch` (its registered `defaults` over the dataclass
+        defaults), then `overrides`."""
+        return load_draft_config({"arch": arch, **overrides})
 
     # ----- derived facts -----
     @property
     def samples_from_anchor(self) -> bool:
         """DSpark predicts position anchor+1 from slot 0 (the anchor); DFlash/EAGLE-3 feed the
         anchor and predict from the slots after it."""
-        return self.arch == "dspark"
+        return get_arch(self.arch).samples_from_anchor
 
     @property
     def num_slots(self) -> int:
@@ -165,7 +197,7 @@ class DraftConfig:
         return self.partial_rotary_factor if self.rope == "partial" else 1.0
 
     # ----- resolution -----
-    def resolve(self, target: TargetSpec) -> "DraftConfig":
+    def resolve(self, target: TargetSpec) -> DraftConfig:
         """Return a copy with every target-derived field filled in, validated against `target`."""
         self._validate_choices()
         mla = self.attention == "ling3_mla"
@@ -176,75 +208,91 @@ class DraftConfig:
             num_key_value_heads=self.num_key_value_heads or target.num_key_value_heads,
             head_dim=self.head_dim or target.head_dim,
             intermediate_size=self.intermediate_size or target.intermediate_size,
-            rms_norm_eps=self.rms_norm_eps if self.rms_norm_eps is not None else target.rms_norm_eps,
+            rms_norm_eps=self.rms_norm_eps
+            if self.rms_norm_eps is not None
+            else target.rms_norm_eps,
             rope_theta=self.rope_theta if self.rope_theta is not None else target.rope_theta,
             mask_token_id=(
-                self.mask_token_id if self.mask_token_id is not None else target.default_mask_token_id
+                self.mask_token_id
+                if self.mask_token_id is not None
+                else target.default_mask_token_id
             ),
             target_layer_ids=list(
                 self.target_layer_ids
                 if self.target_layer_ids is not None
-                else dflash_layer_ids(target.num_layers, self.num_target_layer_ids or self.num_layers)
+                else dflash_layer_ids(
+                    target.num_layers, self.num_target_layer_ids or self.num_layers
+                )
             ),
-            kv_lora_rank=(self.kv_lora_rank or target.kv_lora_rank or 512) if mla else self.kv_lora_rank,
-            qk_nope_head_dim=(self.qk_nope_head_dim or target.qk_nope_head_dim or 128) if mla else None,
-            qk_rope_head_dim=(self.qk_rope_head_dim or target.qk_rope_head_dim or 64) if mla else None,
+            kv_lora_rank=(self.kv_lora_rank or target.kv_lora_rank or 512)
+            if mla
+            else self.kv_lora_rank,
+            qk_nope_head_dim=(self.qk_nope_head_dim or target.qk_nope_head_dim or 128)
+            if mla
+            else None,
+            qk_rope_head_dim=(self.qk_rope_head_dim or target.qk_rope_head_dim or 64)
+            if mla
+            else None,
             v_head_dim=(self.v_head_dim or target.v_head_dim or 128) if mla else None,
         )
         filled._validate_against(target)
         return filled
 
     def _validate_choices(self) -> None:
+        arch = get_arch(self.arch)
         for name, allowed in (
-            ("arch", ARCHS),
             ("rope", ROPES),
             ("attention", ATTENTIONS),
             ("sequential_head", SEQUENTIAL_HEADS),
         ):
             if getattr(self, name) not in allowed:
-                raise _bad(name, getattr(self, name), ", ".join(allowed))
+                raise bad_value(name, getattr(self, name), ", ".join(allowed))
         if self.block_size < 2:
-            raise _bad("block_size", self.block_size, "an integer >= 2 (gamma)")
+            raise bad_value("block_size", self.block_size, "an integer >= 2 (gamma)")
         if self.num_layers < 1:
-            raise _bad("num_layers", self.num_layers, "an integer >= 1")
+            raise bad_value("num_layers", self.num_layers, "an integer >= 1")
         if not 0.0 < self.partial_rotary_factor <= 1.0:
-            raise _bad("partial_rotary_factor", self.partial_rotary_factor, "a number in (0, 1]")
+            raise bad_value(
+                "partial_rotary_factor", self.partial_rotary_factor, "a number in (0, 1]"
+            )
         if self.sequential_head != "none" and self.markov_rank < 1:
-            raise _bad("markov_rank", self.markov_rank, "an integer >= 1 when a sequential head is used")
-        if self.arch != "dspark":
-            if self.sequential_head != "none":
-                raise _bad("sequential_head", self.sequential_head, f"'none' for arch={self.arch}")
-            if self.confidence_head:
-                raise _bad("confidence_head", self.confidence_head, f"false for arch={self.arch}")
-        if self.arch == "eagle3":
-            if self.num_layers != 1:
-                raise _bad("num_layers", self.num_layers, "1 for arch=eagle3 (a single-layer chain)")
-            if self.attention != "qwen3":
-                raise _bad("attention", self.attention, "qwen3 for arch=eagle3")
+            raise bad_value(
+                "markov_rank", self.markov_rank, "an integer >= 1 when a sequential head is used"
+            )
+        if arch.check is not None:
+            arch.check(self)
         if self.sliding_window is not None and self.sliding_window < self.block_size:
-            raise _bad("sliding_window", self.sliding_window, f"null or an integer >= block_size ({self.block_size})")
+            raise bad_value(
+                "sliding_window",
+                self.sliding_window,
+                f"null or an integer >= block_size ({self.block_size})",
+            )
         self.loss.validate()
 
     def _validate_against(self, target: TargetSpec) -> None:
         if self.hidden_size != target.hidden_size:
-            raise _bad(
+            raise bad_value(
                 "hidden_size",
                 self.hidden_size,
                 f"the target hidden size {target.hidden_size}: the draft reuses the target's "
                 "embedding and LM head, and its fusion layer maps target states to this width",
             )
         ids = self.target_layer_ids
-        if not ids:
-            raise _bad("target_layer_ids", ids, "a non-empty list of target layer ids")
-        for i in ids:
-            if not isinstance(i, int) or not 0 <= i < target.num_layers:
-                raise _bad("target_layer_ids", ids, f"ids in [0, {target.num_layers - 1}] (target has {target.num_layers} layers)")
-        if len(set(ids)) != len(ids):
-            raise _bad("target_layer_ids", ids, "distinct ids")
+        top = target.max_capture_id
+        allowed = (
+            f"strictly increasing ids in [-1, {top}] (-1: the embedding output; i: the output of "
+            f"decoder layer i). {target.capture_rule}"
+        )
+        if not ids or not all(isinstance(i, int) and -1 <= i <= top for i in ids):
+            raise bad_value("target_layer_ids", ids, allowed)
+        if any(b <= a for a, b in zip(ids, ids[1:], strict=False)):
+            raise bad_value("target_layer_ids", ids, allowed)
         if not 0 <= self.mask_token_id < target.vocab_size:
-            raise _bad("mask_token_id", self.mask_token_id, f"an id in [0, {target.vocab_size - 1}]")
+            raise bad_value(
+                "mask_token_id", self.mask_token_id, f"an id in [0, {target.vocab_size - 1}]"
+            )
         if self.num_attention_heads % self.num_key_value_heads:
-            raise _bad(
+            raise bad_value(
                 "num_key_value_heads",
                 self.num_key_value_heads,
                 f"a divisor of num_attention_heads={self.num_attention_heads}",
@@ -252,11 +300,31 @@ class DraftConfig:
         if self.attention == "qwen3":
             rot = int(self.head_dim * self.rotary_fraction)
             if self.rope != "none" and (rot < 2 or rot % 2):
-                raise _bad(
+                raise bad_value(
                     "partial_rotary_factor",
                     self.partial_rotary_factor,
                     f"a factor giving an even rotary width >= 2 of head_dim={self.head_dim}",
                 )
         else:
             if self.qk_rope_head_dim % 2:
-                raise _bad("qk_rope_head_dim", self.qk_rope_head_dim, "an even integer")
+                raise bad_value("qk_rope_head_dim", self.qk_rope_head_dim, "an even integer")
+
+
+def load_draft_config(node: Any, where: str = "draft") -> DraftConfig:
+    """A dict / DictConfig -> DraftConfig: dataclass defaults, then the registered defaults of the
+    node's architecture, then the node itself (unknown keys raise ValueError naming them)."""
+    arch = (node or {}).get("arch", DraftConfig.arch)
+    return load_dataclass(DraftConfig, node, where, base=get_arch(arch).defaults)
+
+
+def store_hydra_defaults() -> None:
+    """Give Hydra one `draft/<arch>_defaults` node per registered architecture (DraftConfig's
+    defaults under that architecture's registered ones), so `conf/draft/<arch>.yaml` names its
+    defaults instead of repeating them and every field stays overridable (`draft.rope=partial`)."""
+    from hydra.core.config_store import ConfigStore
+
+    from .registry import arch_names
+
+    store = ConfigStore.instance()
+    for name in arch_names():
+        store.store(group="draft", name=f"{name}_defaults", node=DraftConfig.for_arch(name))

@@ -8,8 +8,6 @@ materialising a [rows, vocab] bias tensor.
 
 from __future__ import annotations
 
-from typing import Optional
-
 import torch
 from torch import nn
 
@@ -24,13 +22,14 @@ class FrozenTargetHead:
     def __init__(self, embed_weight: torch.Tensor, lm_head_weight: torch.Tensor) -> None:
         if embed_weight.shape[1] != lm_head_weight.shape[1]:
             raise ValueError(
-                f"embedding width {embed_weight.shape[1]} != LM head width {lm_head_weight.shape[1]}"
+                f"embedding width {embed_weight.shape[1]} != LM head width "
+                f"{lm_head_weight.shape[1]}"
             )
         self.embed_weight = embed_weight.detach().requires_grad_(False)
         self.lm_head_weight = lm_head_weight.detach().requires_grad_(False)
 
     @classmethod
-    def from_hf_model(cls, model: nn.Module) -> "FrozenTargetHead":
+    def from_hf_model(cls, model: nn.Module) -> FrozenTargetHead:
         return cls(model.get_input_embeddings().weight, model.get_output_embeddings().weight)
 
     @property
@@ -47,10 +46,12 @@ class FrozenTargetHead:
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return hidden.to(self.lm_head_weight.dtype) @ self.lm_head_weight.T
 
-    def to(self, device=None, dtype=None) -> "FrozenTargetHead":
+    def to(self, device=None, dtype=None) -> FrozenTargetHead:
         same = self.embed_weight.data_ptr() == self.lm_head_weight.data_ptr()
         embed = self.embed_weight.to(device=device, dtype=dtype)
-        return FrozenTargetHead(embed, embed if same else self.lm_head_weight.to(device=device, dtype=dtype))
+        return FrozenTargetHead(
+            embed, embed if same else self.lm_head_weight.to(device=device, dtype=dtype)
+        )
 
 
 class MarkovHead(nn.Module):
@@ -67,7 +68,7 @@ class MarkovHead(nn.Module):
     def prev_embedding(self, prev_tokens: torch.Tensor) -> torch.Tensor:
         return self.markov_w1(prev_tokens)
 
-    def init_state(self, n: int, like: torch.Tensor) -> Optional[torch.Tensor]:
+    def init_state(self, n: int, like: torch.Tensor) -> torch.Tensor | None:
         return None
 
     def step(self, state, prev_tokens: torch.Tensor, hidden: torch.Tensor):
@@ -77,6 +78,28 @@ class MarkovHead(nn.Module):
     def latents(self, prev_tokens: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
         """Teacher-forced latents for whole blocks: prev_tokens [N, G], hidden [N, G, H]."""
         return self.markov_w1(prev_tokens)
+
+
+class GatedMarkovHead(MarkovHead):
+    """The Markov embedding gated by the slot's hidden state (SGLang type "gated"):
+    z_k = sigmoid(gate_proj([h_k ; W1[x_{k-1}]])) * W1[x_{k-1}], bias B_k = W2 z_k."""
+
+    sglang_type = "gated"
+
+    def __init__(self, vocab_size: int, rank: int, hidden_size: int) -> None:
+        super().__init__(vocab_size, rank, hidden_size)
+        self.gate_proj = nn.Linear(hidden_size + rank, rank)
+
+    def _gated(self, prev_tokens: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
+        emb = self.markov_w1(prev_tokens)
+        gate = torch.sigmoid(self.gate_proj(torch.cat((hidden.to(emb.dtype), emb), dim=-1)))
+        return gate * emb
+
+    def step(self, state, prev_tokens, hidden):
+        return self._gated(prev_tokens, hidden), state
+
+    def latents(self, prev_tokens, hidden):
+        return self._gated(prev_tokens, hidden)
 
 
 class RNNHead(MarkovHead):
@@ -108,7 +131,7 @@ class RNNHead(MarkovHead):
         return torch.stack(out, dim=1)
 
 
-SEQUENTIAL_HEAD_CLASSES = {"markov": MarkovHead, "rnn": RNNHead}
+SEQUENTIAL_HEAD_CLASSES = {"markov": MarkovHead, "gated": GatedMarkovHead, "rnn": RNNHead}
 
 
 class ConfidenceHead(nn.Module):
@@ -119,7 +142,7 @@ class ConfidenceHead(nn.Module):
         self.with_markov = markov_rank > 0
         self.proj = nn.Linear(hidden_size + markov_rank, 1)
 
-    def forward(self, hidden: torch.Tensor, prev_embedding: Optional[torch.Tensor]) -> torch.Tensor:
+    def forward(self, hidden: torch.Tensor, prev_embedding: torch.Tensor | None) -> torch.Tensor:
         """Returns the raw logit (STS temperatures divide it before the sigmoid)."""
         features = torch.cat((hidden, prev_embedding), dim=-1) if self.with_markov else hidden
         return self.proj(features).squeeze(-1)

@@ -8,8 +8,6 @@ because context keys/values are computed from *injected* target states, not from
 
 from __future__ import annotations
 
-from typing import Optional
-
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -22,11 +20,15 @@ from .rope import Rotary
 class Qwen3Attention(nn.Module):
     """GQA with per-head RMSNorm on q and k (the structure SGLang's DSpark drafts serve)."""
 
-    def __init__(self, cfg: DraftConfig, in_features: Optional[int] = None) -> None:
+    def __init__(self, cfg: DraftConfig, in_features: int | None = None) -> None:
         super().__init__()
         h, d = cfg.hidden_size, cfg.head_dim
         in_features = in_features or h
-        self.num_heads, self.num_kv_heads, self.head_dim = cfg.num_attention_heads, cfg.num_key_value_heads, d
+        self.num_heads, self.num_kv_heads, self.head_dim = (
+            cfg.num_attention_heads,
+            cfg.num_key_value_heads,
+            d,
+        )
         self.q_proj = nn.Linear(in_features, self.num_heads * d, bias=False)
         self.k_proj = nn.Linear(in_features, self.num_kv_heads * d, bias=False)
         self.v_proj = nn.Linear(in_features, self.num_kv_heads * d, bias=False)
@@ -57,15 +59,23 @@ class Ling3MLAAttention(nn.Module):
         super().__init__()
         h = cfg.hidden_size
         self.num_heads = cfg.num_attention_heads
-        self.nope, self.rope_dim, self.v_dim = cfg.qk_nope_head_dim, cfg.qk_rope_head_dim, cfg.v_head_dim
+        self.nope, self.rope_dim, self.v_dim = (
+            cfg.qk_nope_head_dim,
+            cfg.qk_rope_head_dim,
+            cfg.v_head_dim,
+        )
         self.kv_lora_rank = cfg.kv_lora_rank
         self.q_proj = nn.Linear(h, self.num_heads * (self.nope + self.rope_dim), bias=False)
         self.kv_a_proj_with_mqa = nn.Linear(h, self.kv_lora_rank + self.rope_dim, bias=False)
         self.kv_a_layernorm = nn.RMSNorm(self.kv_lora_rank, eps=cfg.rms_norm_eps)
-        self.kv_b_proj = nn.Linear(self.kv_lora_rank, self.num_heads * (self.nope + self.v_dim), bias=False)
+        self.kv_b_proj = nn.Linear(
+            self.kv_lora_rank, self.num_heads * (self.nope + self.v_dim), bias=False
+        )
         self.o_proj = nn.Linear(self.num_heads * self.v_dim, h, bias=False)
         self.g_proj = nn.Linear(h, self.num_heads, bias=False)
-        self.rotary = Rotary.for_variant(cfg.rope, self.rope_dim, cfg.partial_rotary_factor, cfg.rope_theta)
+        self.rotary = Rotary.for_variant(
+            cfg.rope, self.rope_dim, cfg.partial_rotary_factor, cfg.rope_theta
+        )
         self.scale = (self.nope + self.rope_dim) ** -0.5
 
     def q(self, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
@@ -75,7 +85,9 @@ class Ling3MLAAttention(nn.Module):
 
     def kv(self, x: torch.Tensor, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         latent, k_rot = self.kv_a_proj_with_mqa(x).split((self.kv_lora_rank, self.rope_dim), dim=-1)
-        kv = self.kv_b_proj(self.kv_a_layernorm(latent)).view(-1, self.num_heads, self.nope + self.v_dim)
+        kv = self.kv_b_proj(self.kv_a_layernorm(latent)).view(
+            -1, self.num_heads, self.nope + self.v_dim
+        )
         k_nope, v = kv.split((self.nope, self.v_dim), dim=-1)
         k_rot = self.rotary(k_rot[:, None, :], pos).expand(-1, self.num_heads, -1)
         return torch.cat((k_nope, k_rot), dim=-1), v
@@ -110,14 +122,25 @@ class InjectedDecoderLayer(nn.Module):
         self.post_attention_layernorm = nn.RMSNorm(cfg.hidden_size, eps=cfg.rms_norm_eps)
         self.mlp = MLP(cfg.hidden_size, cfg.intermediate_size)
 
-    def forward(self, x: torch.Tensor, x_index: TokenIndex, ctx_k: torch.Tensor, ctx_v: torch.Tensor,
-                plan: AttentionPlan) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        x_index: TokenIndex,
+        ctx_k: torch.Tensor,
+        ctx_v: torch.Tensor,
+        plan: AttentionPlan,
+    ) -> torch.Tensor:
         """`ctx_k`/`ctx_v`: this layer's keys/values of the injected context (`attn.kv` of the fused
         target states; cached across decode steps). `plan` covers queries `x_index` against the
         context keys followed by `x_index`."""
         attn = self.self_attn
         normed = self.input_layernorm(x)
         blk_k, blk_v = attn.kv(normed, x_index.pos)
-        o = plan(attn.q(normed, x_index.pos), torch.cat((ctx_k, blk_k)), torch.cat((ctx_v, blk_v)), attn.scale)
+        o = plan(
+            attn.q(normed, x_index.pos),
+            torch.cat((ctx_k, blk_k)),
+            torch.cat((ctx_v, blk_v)),
+            attn.scale,
+        )
         x = x + attn.out(o, normed)
         return x + self.mlp(self.post_attention_layernorm(x))

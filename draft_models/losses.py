@@ -18,7 +18,6 @@ of the number of anchors and of the context length.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
 
 import torch
 import torch.nn.functional as F
@@ -53,7 +52,10 @@ def position_weights(gamma: int, decay: float, device=None) -> torch.Tensor:
 def _chunk_terms(hidden, latent, conf_logit, target_hidden, labels, lm_head, w2, divergence):
     """Per-row loss terms and metrics for one chunk. Rows: predictions; all outputs [rows]."""
     if latent is not None:
-        logits = torch.cat((hidden, latent.to(hidden.dtype)), -1) @ torch.cat((lm_head, w2.to(lm_head.dtype)), 1).T
+        logits = (
+            torch.cat((hidden, latent.to(hidden.dtype)), -1)
+            @ torch.cat((lm_head, w2.to(lm_head.dtype)), 1).T
+        )
     else:
         logits = hidden @ lm_head.T
     logp_d = F.log_softmax(logits.float(), dim=-1)
@@ -81,12 +83,21 @@ def distillation_loss(
     batch: PackedBatch,
     target_head: FrozenTargetHead,
     cfg: LossConfig,
-    markov_w2: Optional[torch.Tensor] = None,
+    markov_w2: torch.Tensor | None = None,
+    weight_total: torch.Tensor | float | None = None,
+    scale: float = 1.0,
 ) -> LossResult:
-    """The weighted DSpark objective over every valid block prediction in `batch`."""
+    """The weighted DSpark objective over every valid block prediction in `batch`.
+
+    Each term is sum_k w_k m_k l_k / W. W is this batch's own weight total unless `weight_total`
+    gives it: data-parallel trainers pass the total over all ranks (`label_weight_total`,
+    all-reduced) and `scale` = the number of ranks, so that after the ranks' gradients are averaged
+    every supervised token weighs the same whatever rank it landed on (as DeepSpec does)."""
     n, gamma, h = out.hidden.shape
     if batch.labels.shape != (n, gamma):
-        raise ValueError(f"draft output has {n}x{gamma} predictions but labels are {tuple(batch.labels.shape)}")
+        raise ValueError(
+            f"draft output has {n}x{gamma} predictions but labels are {tuple(batch.labels.shape)}"
+        )
     if (out.seq_latent is None) != (markov_w2 is None):
         raise ValueError("pass markov_w2 exactly when the draft has a sequential head")
     lm_head = target_head.lm_head_weight
@@ -112,23 +123,44 @@ def distillation_loss(
             markov_w2,
             cfg.divergence,
         )
-        t, m = checkpoint(_chunk_terms, *args, use_reentrant=False) if hidden.requires_grad else _chunk_terms(*args)
+        t, m = (
+            checkpoint(_chunk_terms, *args, use_reentrant=False)
+            if hidden.requires_grad
+            else _chunk_terms(*args)
+        )
         terms.append(t)
         metrics.append(m)
     if not terms:
         raise ValueError("batch has no valid block prediction (every label is masked)")
     terms, metrics = torch.cat(terms, 1), torch.cat(metrics, 1)
-    total_w = weights.sum()
-    means = (terms * weights).sum(1) / total_w
-    coef = torch.tensor([cfg.ce_weight, cfg.distill_weight, cfg.confidence_weight], device=means.device)
+    total_w = weights.sum() if weight_total is None else weight_total
+    means = (terms * weights).sum(1) / total_w * scale
+    coef = torch.tensor(
+        [cfg.ce_weight, cfg.distill_weight, cfg.confidence_weight], device=means.device
+    )
     if conf_logit is None:
         coef[2] = 0.0
     loss = (means * coef).sum()
     return LossResult(
         loss=loss,
-        parts={name: float(v) for name, v in zip(PARTS, means.detach())},
+        parts={name: float(v) for name, v in zip(PARTS, means.detach(), strict=True)},
         sim_tau=simulated_tau(rows, n, gamma, metrics[0]),
         **per_position_metrics(slot, gamma, metrics, conf_logit),
+    )
+
+
+def label_weight_total(batch: PackedBatch, decay: float) -> torch.Tensor:
+    """sum_k w_k over every supervised prediction of `batch`: the loss's denominator."""
+    mask = batch.label_mask
+    return (mask.float() * position_weights(mask.shape[1], decay, mask.device)).sum()
+
+
+def draft_loss(draft, out: DraftOutput, batch: PackedBatch, **normalisation) -> LossResult:
+    """The objective of every built-in architecture: `distillation_loss` with the draft's own
+    frozen head, loss weights and (if it has one) sequential-head bias weight. `normalisation`:
+    `weight_total` and `scale` (see distillation_loss)."""
+    return distillation_loss(
+        out, batch, draft.target_head, draft.cfg.loss, draft.vocab_bias_weight, **normalisation
     )
 
 

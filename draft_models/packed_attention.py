@@ -16,14 +16,15 @@ sees (sum over blocks of anchor position + block size) and no [Q, K] tensor is e
 Flex is fast only when compiled, which is what we do on GPU. On CPU (tests, the embedded recipe)
 the **sdpa** backend evaluates the same rule one sequence at a time with a dense boolean mask,
 which bounds memory by the largest sequence's (blocks x block size) x (context + blocks) and
-never forms cross-sequence pairs. Both backends share `allowed_pairs`, and a test checks they agree. An `AttentionPlan` builds
-the masks once per forward; every layer reuses them.
+never forms cross-sequence pairs (finding the sequences reads the device once per forward). The
+**dense** backend is for decoding one block of one sequence: a single [Q, K] mask built from the
+index tensors alone, with no read of the device. All backends share `allowed_pairs`, and tests
+check they agree. An `AttentionPlan` builds the masks once per forward; every layer reuses them.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
 
 import torch
 import torch.nn.functional as F
@@ -41,17 +42,37 @@ class TokenIndex:
     def __len__(self) -> int:
         return int(self.seq.shape[0])
 
-    def cat(self, other: "TokenIndex") -> "TokenIndex":
-        return TokenIndex(*(torch.cat((a, b)) for a, b in zip(self.fields(), other.fields())))
+    def cat(self, other: TokenIndex) -> TokenIndex:
+        return TokenIndex(
+            *(torch.cat((a, b)) for a, b in zip(self.fields(), other.fields(), strict=True))
+        )
 
-    def select(self, idx: torch.Tensor) -> "TokenIndex":
+    def select(self, idx: torch.Tensor) -> TokenIndex:
         return TokenIndex(*(f[idx] for f in self.fields()))
 
     def fields(self) -> tuple[torch.Tensor, ...]:
         return (self.seq, self.pos, self.block, self.slot)
 
+    @classmethod
+    def context(cls, length: int, device) -> TokenIndex:
+        """Positions 0..length-1 of one sequence as injected context (decoding)."""
+        minus_one = torch.full((length,), -1, dtype=torch.long, device=device)
+        return cls(
+            seq=torch.zeros(length, dtype=torch.long, device=device),
+            pos=torch.arange(length, device=device),
+            block=minus_one,
+            slot=minus_one.clone(),
+        )
 
-def allowed_pairs(q, k, window: Optional[int], block_causal: bool):
+    @classmethod
+    def single_block(cls, anchor_pos: int, slots: int, device, first_slot: int = 0) -> TokenIndex:
+        """Slots first_slot..first_slot+slots-1 of one block anchored at `anchor_pos` (decoding)."""
+        slot = torch.arange(first_slot, first_slot + slots, device=device)
+        zeros = torch.zeros(slots, dtype=torch.long, device=device)
+        return cls(seq=zeros, pos=anchor_pos + slot, block=zeros, slot=slot)
+
+
+def allowed_pairs(q, k, window: int | None, block_causal: bool):
     """The visibility rule, written once for tensors that broadcast (dense masks) and for
     flex_attention's per-element mask_mod. `q` and `k` are (seq, pos, block, slot) tuples."""
     q_seq, q_pos, q_block, q_slot = q
@@ -66,29 +87,55 @@ def allowed_pairs(q, k, window: Optional[int], block_causal: bool):
     return context | own_block
 
 
+BACKENDS = ("flex", "sdpa", "dense")
+
+
 class AttentionPlan:
     """The keys every query may see, prepared once and shared by all layers of a forward: the
-    per-sequence dense masks (sdpa) or the BlockMask (flex) are built on first use, not per layer."""
+    per-sequence dense masks (sdpa) or the BlockMask (flex) are built on first use, not per
+    layer."""
 
-    def __init__(self, q_index: TokenIndex, k_index: TokenIndex, *, window: Optional[int] = None,
-                 block_causal: bool = False, backend: str = "auto") -> None:
+    def __init__(
+        self,
+        q_index: TokenIndex,
+        k_index: TokenIndex,
+        *,
+        window: int | None = None,
+        block_causal: bool = False,
+        backend: str = "auto",
+    ) -> None:
         if backend == "auto":
             backend = "flex" if q_index.seq.is_cuda else "sdpa"
-        if backend not in ("flex", "sdpa"):
-            raise ValueError(f"unknown attention backend {backend!r}; allowed: auto, flex, sdpa")
+        if backend not in BACKENDS:
+            raise ValueError(
+                f"unknown attention backend {backend!r}; allowed: auto, {', '.join(BACKENDS)}"
+            )
         self.q_index, self.k_index = q_index, k_index
         self.window, self.block_causal, self.backend = window, block_causal, backend
         self._prepared = None
 
-    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
+    def __call__(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float
+    ) -> torch.Tensor:
         """q: [Q, Hq, D], k: [K, Hkv, D], v: [K, Hkv, Dv] -> [Q, Hq, Dv] (GQA when Hq > Hkv)."""
         if self.backend == "flex":
             if self._prepared is None:
                 self._prepared = _flex_block_mask(self, q.shape[0], k.shape[0], q.device)
             return _flex(q, k, v, self._prepared, scale)
         if self._prepared is None:
-            self._prepared = _sequence_masks(self)
+            self._prepared = _dense_mask(self) if self.backend == "dense" else _sequence_masks(self)
         return _sdpa_per_sequence(q, k, v, self._prepared, scale)
+
+
+def _dense_mask(plan: AttentionPlan):
+    """One [Q, K] mask over every query and key (no host read): for small batches, e.g. decoding."""
+    mask = allowed_pairs(
+        tuple(f[:, None] for f in plan.q_index.fields()),
+        tuple(f[None, :] for f in plan.k_index.fields()),
+        plan.window,
+        plan.block_causal,
+    )
+    return [(slice(None), slice(None), mask)]
 
 
 def _sequence_masks(plan: AttentionPlan):
@@ -132,11 +179,15 @@ def _flex_block_mask(plan: AttentionPlan, q_len: int, k_len: int, device):
     qf, kf = plan.q_index.fields(), plan.k_index.fields()
 
     def mask_mod(b, h, qi, ki):
-        return allowed_pairs(tuple(f[qi] for f in qf), tuple(f[ki] for f in kf), plan.window, plan.block_causal)
+        return allowed_pairs(
+            tuple(f[qi] for f in qf), tuple(f[ki] for f in kf), plan.window, plan.block_causal
+        )
 
     # _compile evaluates the rule tile by tile: a packed batch of many long sequences never
     # materialises its dense [Q, K] mask, even while the BlockMask is built.
-    return create_block_mask(mask_mod, None, None, q_len, k_len, device=device, _compile=device.type == "cuda")
+    return create_block_mask(
+        mask_mod, None, None, q_len, k_len, device=device, _compile=device.type == "cuda"
+    )
 
 
 def _flex(q, k, v, block_mask, scale):

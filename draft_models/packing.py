@@ -14,8 +14,8 @@ the context a block sees is positions < p.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
-from typing import Optional, Sequence
 
 import torch
 
@@ -28,16 +28,20 @@ class SequenceSample:
 
     input_ids: torch.Tensor  # [L] int64
     loss_mask: torch.Tensor  # [L] bool: position t is an assistant token to be predicted
-    aux_hidden: torch.Tensor  # [L, m * H]: target layers' outputs, concatenated in target_layer_ids order
+    aux_hidden: (
+        torch.Tensor
+    )  # [L, m * H]: target layers' outputs, concatenated in target_layer_ids order
     final_hidden: torch.Tensor  # [L, H]: target's final normed hidden state (LM head input)
 
-    def to_device(self, device) -> "SequenceSample":
+    def to_device(self, device) -> SequenceSample:
         return SequenceSample(*(getattr(self, f.name).to(device) for f in fields(self)))
 
     def validate(self, name: str = "sample") -> None:
         length = self.input_ids.shape[0]
         if self.input_ids.dim() != 1:
-            raise ValueError(f"{name}.input_ids must be 1-D, got shape {tuple(self.input_ids.shape)}")
+            raise ValueError(
+                f"{name}.input_ids must be 1-D, got shape {tuple(self.input_ids.shape)}"
+            )
         for field_name in ("loss_mask", "aux_hidden", "final_hidden"):
             t = getattr(self, field_name)
             if t.shape[0] != length:
@@ -59,7 +63,7 @@ class PackedBatch:
     anchor_ctx_row: torch.Tensor  # [N] row of (seq, p - 1) in ctx_features
     prev_tokens: torch.Tensor  # [N, G] teacher-forced previous token of prediction k: x_{p+k}
     labels: torch.Tensor  # [N, G] x_{p+1+k}
-    label_mask: torch.Tensor  # [N, G] bool: label exists and is an assistant token
+    label_mask: torch.Tensor  # [N, G] bool: label k and every earlier label are loss tokens
     target_hidden: torch.Tensor  # [N, G, H] target final hidden at p + k (zeros where masked)
 
     @property
@@ -78,7 +82,7 @@ class PackedBatch:
             seq=self.block_seq[block], pos=self.block_anchor[block] + slot, block=block, slot=slot
         )
 
-    def to(self, device=None, dtype=None) -> "PackedBatch":
+    def to(self, device=None, dtype=None) -> PackedBatch:
         """Move to a device; cast only the floating tensors (hidden states) to `dtype`."""
 
         def move(t):
@@ -90,14 +94,20 @@ class PackedBatch:
 
 
 def anchor_candidates(loss_mask: torch.Tensor) -> torch.Tensor:
-    """Positions p >= 1 whose next token (the block's first prediction) is a loss token."""
+    """Positions p whose own token and next token (the block's first prediction) are both loss
+    tokens, as in DeepSpec: an anchor is a token the target emitted, which is what serving anchors
+    its blocks on (the last prompt token never is). The reference also admits p = 0; a loss token
+    at position 0 cannot occur in rendered chat (every template opens with a role header), and a
+    block there would have no target state before its anchor, so p starts at 1 here."""
     mask = loss_mask.bool()
     cand = torch.zeros_like(mask)
-    cand[1:-1] = mask[2:]
+    cand[1:-1] = mask[1:-1] & mask[2:]
     return torch.nonzero(cand).squeeze(1)
 
 
-def sample_anchors(loss_mask: torch.Tensor, num_anchors: int, generator: torch.Generator) -> torch.Tensor:
+def sample_anchors(
+    loss_mask: torch.Tensor, num_anchors: int, generator: torch.Generator
+) -> torch.Tensor:
     """Up to `num_anchors` distinct anchor positions among the candidates, sorted, seeded."""
     cand = anchor_candidates(loss_mask)
     if cand.numel() <= num_anchors:
@@ -127,13 +137,15 @@ def pack_blocks(
     ctx_rows = 0
     gamma = block_size
     seq_id = 0
-    for i, (s, a) in enumerate(zip(samples, anchors)):
+    for i, (s, a) in enumerate(zip(samples, anchors, strict=True)):
         s.validate(f"samples[{i}]")
         if a.numel() == 0:
             continue
         length = s.input_ids.shape[0]
         if int(a.min()) < 1 or int(a.max()) >= length - 1:
-            raise ValueError(f"samples[{i}]: anchors must lie in [1, {length - 2}], got {a.tolist()}")
+            raise ValueError(
+                f"samples[{i}]: anchors must lie in [1, {length - 2}], got {a.tolist()}"
+            )
         # Index tensors live where the hidden states are (GPU on a trainer that received them).
         dev = s.aux_hidden.device
         a = a.long().to(dev)
@@ -157,19 +169,25 @@ def pack_blocks(
         blk_ctx_row.append(ctx_rows + a - 1)
         prev.append(input_ids[prev_pos])
         labels.append(input_ids[safe_pred])
-        m = valid & loss_mask[safe_pred]
+        # supervision stops at the first label outside the loss mask (or past the end), as in
+        # DeepSpec: a user turn inside a block ends that block's supervision
+        m = torch.cumprod((valid & loss_mask[safe_pred]).long(), dim=1).bool()
         lmask.append(m)
         thid.append(s.final_hidden[prev_pos] * m[..., None].to(s.final_hidden.dtype))
         ctx_rows += n_ctx
         seq_id += 1
     if not blk_ids:
-        raise ValueError("no anchors in this batch: no sequence has an assistant (loss-masked) token to predict")
+        raise ValueError(
+            "no anchors in this batch: no sequence has an assistant (loss-masked) token to predict"
+        )
     ctx_seq_t = torch.cat(ctx_seq)
     minus_one = torch.full_like(ctx_seq_t, -1)
     return PackedBatch(
         ctx_features=torch.cat(ctx_feat),
         ctx_input_ids=torch.cat(ctx_ids),
-        ctx_index=TokenIndex(seq=ctx_seq_t, pos=torch.cat(ctx_pos), block=minus_one, slot=minus_one.clone()),
+        ctx_index=TokenIndex(
+            seq=ctx_seq_t, pos=torch.cat(ctx_pos), block=minus_one, slot=minus_one.clone()
+        ),
         block_input_ids=torch.cat(blk_ids),
         block_seq=torch.cat(blk_seq),
         block_anchor=torch.cat(blk_anchor),
@@ -189,12 +207,14 @@ def pack_sequences(
     num_slots: int,
     mask_token_id: int,
     seed: int,
-    sample_ids: Optional[Sequence[int]] = None,
+    sample_ids: Sequence[int] | None = None,
 ) -> PackedBatch:
     """Sample anchors (seeded per sample id, so any process packs a sample identically) and pack."""
     sample_ids = list(range(len(samples))) if sample_ids is None else list(sample_ids)
     anchors = []
-    for sid, s in zip(sample_ids, samples):
+    for sid, s in zip(sample_ids, samples, strict=True):
         g = torch.Generator().manual_seed((int(seed) * 0x9E37_79B9 + int(sid)) % (1 << 63))
         anchors.append(sample_anchors(s.loss_mask.cpu(), num_anchors, g))
-    return pack_blocks(samples, anchors, block_size=block_size, num_slots=num_slots, mask_token_id=mask_token_id)
+    return pack_blocks(
+        samples, anchors, block_size=block_size, num_slots=num_slots, mask_token_id=mask_token_id
+    )

@@ -29,7 +29,7 @@ class Rotary(nn.Module):
         self.register_buffer("inv_freq", inv_freq.float(), persistent=False)
 
     @classmethod
-    def for_variant(cls, variant: str, dim: int, partial_factor: float, theta: float) -> "Rotary":
+    def for_variant(cls, variant: str, dim: int, partial_factor: float, theta: float) -> Rotary:
         if variant == "none":
             return cls(dim, 0, theta, interleaved=False)
         if variant == "partial":
@@ -38,7 +38,9 @@ class Rotary(nn.Module):
             return cls(dim, dim, theta, interleaved=False)
         if variant == "interleaved":
             return cls(dim, dim, theta, interleaved=True)
-        raise ValueError(f"unknown rope variant {variant!r}; allowed: full, partial, interleaved, none")
+        raise ValueError(
+            f"unknown rope variant {variant!r}; allowed: full, partial, interleaved, none"
+        )
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """x: [tokens, heads, dim]; positions: [tokens] (absolute token positions)."""

@@ -11,7 +11,7 @@ The result is the JSON SGLang reads from `--speculative-dspark-confidence-sts-pa
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
@@ -24,7 +24,9 @@ def default_grid() -> torch.Tensor:
     return torch.cat((torch.logspace(-2, 3, 51, base=2.0), torch.ones(1))).unique()
 
 
-def expected_calibration_error(prob: torch.Tensor, label: torch.Tensor, num_bins: int = 15) -> float:
+def expected_calibration_error(
+    prob: torch.Tensor, label: torch.Tensor, num_bins: int = 15
+) -> float:
     """Equal-width-bin ECE: sum_b |B_b|/N * |mean(prob in b) - mean(label in b)|."""
     prob, label = prob.double().flatten(), label.double().flatten()
     if prob.numel() == 0:
@@ -36,7 +38,8 @@ def expected_calibration_error(prob: torch.Tensor, label: torch.Tensor, num_bins
 
 
 def roc_auc(score: torch.Tensor, label: torch.Tensor) -> float:
-    """Area under the ROC curve via the rank statistic (ties get average ranks); nan if one class."""
+    """Area under the ROC curve via the rank statistic (ties get average ranks); nan if one
+    class."""
     score, label = score.double().flatten(), label.bool().flatten()
     pos, neg = int(label.sum()), int((~label).sum())
     if pos == 0 or neg == 0:
@@ -66,11 +69,15 @@ class StsResult:
     auc_after: list[float]
     num_samples: int
     dataset: str = ""
+    # per position: "fitted", or why the temperature stayed 1.0 (too few accepted or rejected)
+    notes: list[str] = field(default_factory=list)
 
     def sglang_json(self) -> dict:
         """The fields SGLang 0.5.23's DSparkStsCalibration accepts."""
         d = asdict(self)
-        return {k: d[k] for k in ("temperatures", "dataset", "num_samples", "ece_before", "ece_after")}
+        return {
+            k: d[k] for k in ("temperatures", "dataset", "num_samples", "ece_before", "ece_after")
+        }
 
 
 def survival(logits: torch.Tensor, temperatures: torch.Tensor) -> torch.Tensor:
@@ -78,9 +85,20 @@ def survival(logits: torch.Tensor, temperatures: torch.Tensor) -> torch.Tensor:
     return torch.cumprod(torch.sigmoid(logits.double() / temperatures.double()), dim=1)
 
 
-def fit_sts(logits: torch.Tensor, num_accepted: torch.Tensor, grid: torch.Tensor | None = None,
-            num_bins: int = 15, dataset: str = "") -> StsResult:
-    """Fit one temperature per block position on raw confidence logits [N, gamma]."""
+def fit_sts(
+    logits: torch.Tensor,
+    num_accepted: torch.Tensor,
+    grid: torch.Tensor | None = None,
+    num_bins: int = 15,
+    dataset: str = "",
+    min_per_class: int = 10,
+) -> StsResult:
+    """Fit one temperature per block position on raw confidence logits [N, gamma].
+
+    A position whose prefix-survival label has fewer than `min_per_class` positives (blocks that
+    survived that far) or negatives keeps T = 1.0: a temperature fitted on one class only runs to
+    the grid's bound and sharpens a confidence nothing supports, which would mislead the
+    scheduler. The raw head is the honest answer there; `notes` says why, per position."""
     if logits.dim() != 2 or logits.shape[0] != num_accepted.shape[0]:
         raise ValueError(
             f"STS needs logits [N, gamma] and num_accepted [N]; got {tuple(logits.shape)} and "
@@ -96,32 +114,53 @@ def fit_sts(logits: torch.Tensor, num_accepted: torch.Tensor, grid: torch.Tensor
     ones = torch.ones(gamma, dtype=torch.float64)
     before = survival(logits, ones)
     temps = ones.clone()
+    notes = []
     for k in range(gamma):
+        positives = int(labels[:, k].sum())
+        negatives = n - positives
+        if min(positives, negatives) < min_per_class:
+            notes.append(
+                f"kept T=1.0: {positives} accepted, {negatives} rejected "
+                f"(fitting needs {min_per_class} of each)"
+            )
+            continue
+        notes.append("fitted")
         best_t, best_ece = 1.0, float("inf")
         for t in grid.tolist():
             temps[k] = t
-            ece = expected_calibration_error(survival(logits[:, : k + 1], temps[: k + 1])[:, k], labels[:, k], num_bins)
+            ece = expected_calibration_error(
+                survival(logits[:, : k + 1], temps[: k + 1])[:, k], labels[:, k], num_bins
+            )
             if ece < best_ece - 1e-12:
                 best_t, best_ece = t, ece
         temps[k] = best_t
     after = survival(logits, temps)
     return StsResult(
         temperatures=temps.tolist(),
-        ece_before=[expected_calibration_error(before[:, k], labels[:, k], num_bins) for k in range(gamma)],
-        ece_after=[expected_calibration_error(after[:, k], labels[:, k], num_bins) for k in range(gamma)],
+        ece_before=[
+            expected_calibration_error(before[:, k], labels[:, k], num_bins) for k in range(gamma)
+        ],
+        ece_after=[
+            expected_calibration_error(after[:, k], labels[:, k], num_bins) for k in range(gamma)
+        ],
         auc_before=[roc_auc(before[:, k], labels[:, k]) for k in range(gamma)],
         auc_after=[roc_auc(after[:, k], labels[:, k]) for k in range(gamma)],
         num_samples=n,
         dataset=dataset,
+        notes=notes,
     )
 
 
 def read_temperatures(path: str | Path, gamma: int) -> list[float]:
-    """The per-position temperatures of an STS JSON file (ours or SGLang's), checked against gamma."""
+    """The per-position temperatures of an STS JSON file (ours or SGLang's), checked against
+    gamma."""
     path = Path(path)
     data = read_json(path, "STS file")
     temps = data.get("temperatures") if isinstance(data, dict) else None
-    if (not isinstance(temps, list) or len(temps) != gamma
-            or not all(isinstance(t, (int, float)) and t > 0 for t in temps)):
+    if (
+        not isinstance(temps, list)
+        or len(temps) != gamma
+        or not all(isinstance(t, (int, float)) and t > 0 for t in temps)
+    ):
         raise ValueError(f"STS file {path}: expected 'temperatures', {gamma} numbers > 0")
     return [float(t) for t in temps]

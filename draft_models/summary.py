@@ -1,6 +1,6 @@
 """Print a draft's resolved config and parameter counts for a target shape (no weights needed).
 
-    python -m draft_models.summary                                  # default DSpark for SmolLM2-135M
+    python -m draft_models.summary               # default DSpark for SmolLM2-135M
     python -m draft_models.summary target_shape=ling3_flash draft=dflash draft.num_layers=2
 
 The frozen target embedding and LM head are counted separately: they are shared by reference
@@ -16,7 +16,7 @@ import hydra
 import torch
 from omegaconf import DictConfig
 
-from .config import DraftConfig, TargetSpec
+from .config import DraftConfig, TargetSpec, load_draft_config, store_hydra_defaults
 from .config_io import load_dataclass
 from .heads import FrozenTargetHead
 from .models import build_draft
@@ -50,10 +50,11 @@ def summarize(draft_cfg: DraftConfig, target: TargetSpec) -> dict:
 
 @hydra.main(config_path="../conf", config_name="summary", version_base="1.3")
 def main(cfg: DictConfig) -> None:
-    draft_cfg = load_dataclass(DraftConfig, cfg.draft, "draft")
+    draft_cfg = load_draft_config(cfg.draft, "draft")
     target = load_dataclass(TargetSpec, cfg.target_shape, "target_shape")
     print(json.dumps(summarize(draft_cfg, target), indent=2))
 
 
 if __name__ == "__main__":
+    store_hydra_defaults()
     main()

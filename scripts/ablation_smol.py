@@ -1,10 +1,10 @@
 """The smol-recipe draft ablations, end to end: train with equal budgets, evaluate, report.
 
-    python scripts/ablation_smol.py OUT train-rope  [overrides...]   # DSpark, rope = full, partial, interleaved
-    python scripts/ablation_smol.py OUT train-arch  [overrides...]   # DFlash and EAGLE-3, same budget
+    python scripts/ablation_smol.py OUT train-rope [overrides...]  # DSpark, three RoPE variants
+    python scripts/ablation_smol.py OUT train-arch [overrides...]  # DFlash and EAGLE-3, same budget
     python scripts/ablation_smol.py OUT train-all-parallel [overrides...]  # all five jobs at once
-    python scripts/ablation_smol.py OUT evaluate    [--parallel N] [--limit N] [--max-new-tokens N]
-    python scripts/ablation_smol.py OUT report                        # OUT/rope.md|png, OUT/arch_t{0,1}.md|png
+    python scripts/ablation_smol.py OUT evaluate [--parallel N] [--limit N] [--max-new-tokens N]
+    python scripts/ablation_smol.py OUT report  # OUT/rope.md|png, OUT/arch_t{0,1}.md|png
 
 train-rope / train-arch are Hydra multiruns (jobs one after another in OUT/rope/N, OUT/arch/N);
 train-all-parallel starts the same five jobs as simultaneous single runs with the same overrides
@@ -22,24 +22,47 @@ import subprocess
 import sys
 from pathlib import Path
 
+from splitserve.checkpoint import complete_checkpoints
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def train(out: Path, sweep: str, axis: str, overrides: list[str]) -> None:
-    cmd = [sys.executable, "-m", "splitserve.train", "-m", "+recipe=smol", axis, *overrides,
-           f"hydra.sweep.dir={out / sweep}"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "splitserve.train",
+        "-m",
+        "+recipe=smol",
+        axis,
+        *overrides,
+        f"hydra.sweep.dir={out / sweep}",
+    ]
     print(" ".join(cmd), flush=True)
     subprocess.run(cmd, cwd=ROOT, check=True)
 
 
-JOBS = [("rope", "0", "draft.rope=full"), ("rope", "1", "draft.rope=partial"), ("rope", "2", "draft.rope=interleaved"),
-        ("arch", "0", "draft=dflash"), ("arch", "1", "draft=eagle3 draft.num_layers=1")]
+JOBS = [
+    ("rope", "0", "draft.rope=full"),
+    ("rope", "1", "draft.rope=partial"),
+    ("rope", "2", "draft.rope=interleaved"),
+    ("arch", "0", "draft=dflash"),
+    ("arch", "1", "draft=eagle3 draft.num_layers=1"),
+]
 
 
 def single_run(job: Path, axis: str, overrides: list[str]) -> list[str]:
     """The command of one job run on its own, in the directory layout a multirun would give it."""
-    return [sys.executable, "-m", "splitserve.train", "+recipe=smol", *axis.split(), *overrides,
-            f"train.run_dir={job}", f"hydra.run.dir={job}"]
+    return [
+        sys.executable,
+        "-m",
+        "splitserve.train",
+        "+recipe=smol",
+        *axis.split(),
+        *overrides,
+        f"train.run_dir={job}",
+        f"hydra.run.dir={job}",
+    ]
 
 
 def train_parallel(out: Path, overrides: list[str]) -> None:
@@ -49,7 +72,11 @@ def train_parallel(out: Path, overrides: list[str]) -> None:
         cmd = single_run(job, axis, overrides) + [f"split.master_port={29400 + 10 * i}"]
         print(" ".join(cmd), flush=True)
         job.mkdir(parents=True, exist_ok=True)
-        procs.append(subprocess.Popen(cmd, cwd=ROOT, stdout=open(job / "train.out", "w"), stderr=subprocess.STDOUT))
+        procs.append(
+            subprocess.Popen(
+                cmd, cwd=ROOT, stdout=open(job / "train.out", "w"), stderr=subprocess.STDOUT
+            )
+        )
     failed = [p.args for p in procs if p.wait() != 0]
     if failed:
         raise SystemExit(f"training failed: {failed}")
@@ -58,7 +85,7 @@ def train_parallel(out: Path, overrides: list[str]) -> None:
 def common_checkpoint(jobs: list[Path]) -> str:
     """The latest checkpoint step every job has: equal budgets even when a time limit stopped
     some jobs earlier than others."""
-    steps = [{p.name for p in (j / "checkpoints").glob("step-*") if (p / "COMPLETE").is_file()} for j in jobs]
+    steps = [{p.name for p in complete_checkpoints(j)} for j in jobs]
     common = sorted(set.intersection(*steps)) if steps else []
     if not common:
         raise FileNotFoundError(f"no checkpoint step common to {[str(j) for j in jobs]}")
@@ -66,10 +93,17 @@ def common_checkpoint(jobs: list[Path]) -> str:
 
 
 def evaluate(out: Path, args: list[str]) -> None:
-    opts = dict(zip(args[::2], args[1::2]))
+    opts = dict(zip(args[::2], args[1::2], strict=True))
     parallel = int(opts.pop("--parallel", 1))
-    common = ["--bench", "gsm8k,mtbench", "--limit", opts.pop("--limit", "6"),
-              "--max-new-tokens", opts.pop("--max-new-tokens", "96"), "--no-plot"]
+    common = [
+        "--bench",
+        "gsm8k,mtbench",
+        "--limit",
+        opts.pop("--limit", "6"),
+        "--max-new-tokens",
+        opts.pop("--max-new-tokens", "96"),
+        "--no-plot",
+    ]
     runs = []
     jobs = [out / sweep / n for sweep, n, _ in JOBS]
     step = common_checkpoint(jobs)
@@ -77,8 +111,18 @@ def evaluate(out: Path, args: list[str]) -> None:
     for job in jobs:
         temps = ["0"] if job.parent.name == "rope" and job.name != "0" else ["0", "1"]
         for t in temps:
-            runs.append([sys.executable, "-m", "serving.evaluate", "--checkpoint", str(job / "checkpoints" / step),
-                         "--temperature", t, *common])
+            runs.append(
+                [
+                    sys.executable,
+                    "-m",
+                    "serving.evaluate",
+                    "--checkpoint",
+                    str(job / "checkpoints" / step),
+                    "--temperature",
+                    t,
+                    *common,
+                ]
+            )
     import torch
 
     gpus = torch.cuda.device_count()
@@ -99,9 +143,23 @@ def evaluate(out: Path, args: list[str]) -> None:
 def report(out: Path) -> None:
     base = [sys.executable, "-m", "serving.ablation_report"]
     subprocess.run(base + [str(out / "rope"), "--out", str(out / "rope")], cwd=ROOT, check=True)
-    for t in ("0", "1"):  # the comparison: DSpark (rope job 0, the recipe default) vs DFlash vs EAGLE-3
-        subprocess.run(base + [str(out / "rope" / "0"), str(out / "arch"), "--temperature", t,
-                               "--out", str(out / f"arch_t{t}")], cwd=ROOT, check=True)
+    for t in (
+        "0",
+        "1",
+    ):  # the comparison: DSpark (rope job 0, the recipe default) vs DFlash vs EAGLE-3
+        subprocess.run(
+            base
+            + [
+                str(out / "rope" / "0"),
+                str(out / "arch"),
+                "--temperature",
+                t,
+                "--out",
+                str(out / f"arch_t{t}"),
+            ],
+            cwd=ROOT,
+            check=True,
+        )
 
 
 def main() -> None:
@@ -110,7 +168,9 @@ def main() -> None:
     out, phase, rest = Path(sys.argv[1]).resolve(), sys.argv[2], sys.argv[3:]
     if phase == "train-rope":
         train(out, "rope", "draft.rope=full,partial,interleaved", rest)
-    elif phase == "train-arch":  # EAGLE-3 is a single-layer chain: the recipe's num_layers=2 does not apply
+    elif (
+        phase == "train-arch"
+    ):  # EAGLE-3 is a single-layer chain: the recipe's num_layers=2 does not apply
         for sweep, n, axis in JOBS:
             if sweep == "arch":
                 subprocess.run(single_run(out / sweep / n, axis, rest), cwd=ROOT, check=True)

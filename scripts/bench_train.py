@@ -1,7 +1,8 @@
 """Benchmark of the split: throughput of each side, who waits for whom, and which split is best.
 
     python scripts/bench_train.py --out bench_train.json [Hydra overrides ...]
-    python scripts/bench_train.py --out splits.json --splits 2+6,4+4,6+2 --global-batch 24 [overrides ...]
+    python scripts/bench_train.py --out splits.json --splits 2+6,4+4,6+2 --global-batch 24 \
+        [overrides ...]
 
 One job: runs a real training job (the same code path as `python -m splitserve.train`) into a
 temporary run directory and writes JSON with, per side: samples/s and tokens/s (over each
@@ -29,7 +30,6 @@ import statistics
 import sys
 import tempfile
 from pathlib import Path
-from typing import Optional
 
 import torch
 from hydra import compose, initialize_config_dir
@@ -40,7 +40,9 @@ sys.path.insert(0, str(ROOT))
 from splitserve.train import run, wait_fraction  # noqa: E402
 
 BASE = ["log.wandb_mode=disabled", "log.progress=false", "train.checkpoint_every=0"]
-WARMUP_STEPS = 2  # trainer steps left out of the steady-state figures (compilation, allocator warm-up)
+WARMUP_STEPS = (
+    2  # trainer steps left out of the steady-state figures (compilation, allocator warm-up)
+)
 
 
 def side(stats: list[dict], wait_key: str) -> dict:
@@ -88,7 +90,9 @@ def measure(overrides: list[str]) -> dict:
         run_dir = Path(tmp) / "run"
         summary = run(node, run_dir)
         stats = {p.stem: json.loads(p.read_text()) for p in (run_dir / "stats").glob("*.json")}
-        records = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
+        records = [
+            json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()
+        ]
     records = [r for r in records if "event" not in r]
     targets = [v for k, v in stats.items() if k.startswith("target")]
     trainers = [v for k, v in stats.items() if k.startswith("trainer")]
@@ -107,8 +111,10 @@ def measure(overrides: list[str]) -> dict:
             "tokens_per_sample": target["tokens"] / max(target["samples"], 1) if target else None,
             **steady_trainer_step(records),
         },
-        "per_step": [{"step_s": round(r["step_s"], 4), "data_wait_frac": round(r["data_wait_frac"], 4)}
-                     for r in records],
+        "per_step": [
+            {"step_s": round(r["step_s"], 4), "data_wait_frac": round(r["data_wait_frac"], 4)}
+            for r in records
+        ],
         "target_send_s": sum(s.get("send_s", 0.0) for s in targets),
         "first_loss": summary["first_loss"],
         "last_loss": summary["last_loss"],
@@ -120,12 +126,14 @@ def parse_splits(text: str) -> list[tuple[int, int]]:
     for item in text.split(","):
         parts = item.strip().split("+")
         if len(parts) != 2 or not all(p.isdigit() and int(p) > 0 for p in parts):
-            raise SystemExit(f"--splits: {item!r} is not TARGETS+TRAINERS with both at least 1 (e.g. 4+4)")
+            raise SystemExit(
+                f"--splits: {item!r} is not TARGETS+TRAINERS with both at least 1 (e.g. 4+4)"
+            )
         splits.append((int(parts[0]), int(parts[1])))
     return splits
 
 
-def pooled_target_rate(jobs: list[dict]) -> Optional[float]:
+def pooled_target_rate(jobs: list[dict]) -> float | None:
     """One target worker's samples/s over every job of the comparison (all targets of all jobs
     run the same model on a GPU of their own), so small proxy jobs borrow the big jobs' samples."""
     produced = sum(j["steady"]["target_produced"] for j in jobs)
@@ -133,46 +141,81 @@ def pooled_target_rate(jobs: list[dict]) -> Optional[float]:
     return produced / seconds if seconds > 0 else None
 
 
-def project(job: dict, targets: int, global_batch: int, rate: Optional[float]) -> dict:
+def project(job: dict, targets: int, global_batch: int, rate: float | None) -> dict:
     """Step time of a split: the slower of the targets' supply (at `rate` samples/s per target)
     and the trainer compute per step measured in `job`."""
     supply_s = global_batch / (targets * rate) if rate else float("inf")
     compute_s = job["steady"]["compute_s"]
     step_s = max(supply_s, compute_s)
-    return {"supply_s_per_step": supply_s, "trainer_compute_s_per_step": compute_s, "step_s": step_s,
-            "samples_per_s": global_batch / step_s, "bottleneck": "target" if supply_s > compute_s else "trainer"}
+    return {
+        "supply_s_per_step": supply_s,
+        "trainer_compute_s_per_step": compute_s,
+        "step_s": step_s,
+        "samples_per_s": global_batch / step_s,
+        "bottleneck": "target" if supply_s > compute_s else "trainer",
+    }
 
 
-def compare_splits(splits: list[tuple[int, int]], global_batch: int, max_procs: Optional[int],
-                   overrides: list[str], on_result=None) -> dict:
+def compare_splits(
+    splits: list[tuple[int, int]],
+    global_batch: int,
+    max_procs: int | None,
+    overrides: list[str],
+    on_result=None,
+) -> dict:
     for t, g in splits:
         if global_batch % g:
-            raise SystemExit(f"--global-batch {global_batch} is not divisible by the {g} trainers of split {t}+{g}")
+            raise SystemExit(
+                f"--global-batch {global_batch} is not divisible by the {g} trainers of split "
+                f"{t}+{g}"
+            )
     rows, proxies = [], {}
     for t, g in splits:
         micro = global_batch // g
         fits = max_procs is None or t + g <= max_procs
         if fits:
-            job = measure([*overrides, f"split.target_procs={t}", f"split.trainer_procs={g}",
-                           f"train.micro_batch={micro}", "train.grad_accum=1"])
+            job = measure(
+                [
+                    *overrides,
+                    f"split.target_procs={t}",
+                    f"split.trainer_procs={g}",
+                    f"train.micro_batch={micro}",
+                    "train.grad_accum=1",
+                ]
+            )
         else:
             if micro not in proxies:
-                proxies[micro] = measure([*overrides, "split.target_procs=1", "split.trainer_procs=1",
-                                          f"train.micro_batch={micro}", "train.grad_accum=1"])
+                proxies[micro] = measure(
+                    [
+                        *overrides,
+                        "split.target_procs=1",
+                        "split.trainer_procs=1",
+                        f"train.micro_batch={micro}",
+                        "train.grad_accum=1",
+                    ]
+                )
             job = proxies[micro]
-        row = {"split": f"{t}+{g}", "micro_batch": micro, "mode": "measured" if fits else "projected from 1+1",
-               "job": job}
+        row = {
+            "split": f"{t}+{g}",
+            "micro_batch": micro,
+            "mode": "measured" if fits else "projected from 1+1",
+            "job": job,
+        }
         if fits:
-            row["measured"] = {"step_s": job["steady"]["step_s"],
-                               "samples_per_s": global_batch / job["steady"]["step_s"],
-                               "trainer_data_wait_frac": job["trainer"]["wait_s_frac"],
-                               "target_idle_frac": (job["target"] or {}).get("credit_wait_s_frac")}
+            row["measured"] = {
+                "step_s": job["steady"]["step_s"],
+                "samples_per_s": global_batch / job["steady"]["step_s"],
+                "trainer_data_wait_frac": job["trainer"]["wait_s_frac"],
+                "target_idle_frac": (job["target"] or {}).get("credit_wait_s_frac"),
+            }
         rows.append(row)
         print(f"split {row['split']} ({row['mode']}): job done in {job['steps']} steps", flush=True)
         if on_result is not None:
             on_result(rows)
-    rate = pooled_target_rate(list({id(r["job"]): r["job"] for r in rows}.values()))  # a proxy counts once
-    for (t, _), row in zip(splits, rows):
+    rate = pooled_target_rate(
+        list({id(r["job"]): r["job"] for r in rows}.values())
+    )  # a proxy counts once
+    for (t, _), row in zip(splits, rows, strict=True):
         row["projected"] = project(row["job"], t, global_batch, rate)
 
     def best_rate(row: dict) -> float:
@@ -181,27 +224,45 @@ def compare_splits(splits: list[tuple[int, int]], global_batch: int, max_procs: 
     best = max(rows, key=best_rate)
     for row in rows:
         print(f"split {row['split']} ({row['mode']}): {best_rate(row):.2f} samples/s", flush=True)
-    return {"global_batch": global_batch, "max_procs": max_procs, "target_samples_per_s_per_worker": rate,
-            "splits": rows,
-            "best": {"split": best["split"], "samples_per_s": best_rate(best), "basis": best["mode"]}}
+    return {
+        "global_batch": global_batch,
+        "max_procs": max_procs,
+        "target_samples_per_s_per_worker": rate,
+        "splits": rows,
+        "best": {"split": best["split"], "samples_per_s": best_rate(best), "basis": best["mode"]},
+    }
 
 
-def default_max_procs() -> Optional[int]:
+def default_max_procs() -> int | None:
     return torch.cuda.device_count() if torch.cuda.is_available() else None
 
 
 def machine() -> dict:
-    return {"device": torch.cuda.get_device_name() if torch.cuda.is_available() else (platform.processor() or "cpu"),
-            "gpus": torch.cuda.device_count(), "cpu_count": os.cpu_count(), "torch": torch.__version__}
+    return {
+        "device": torch.cuda.get_device_name()
+        if torch.cuda.is_available()
+        else (platform.processor() or "cpu"),
+        "gpus": torch.cuda.device_count(),
+        "cpu_count": os.cpu_count(),
+        "torch": torch.__version__,
+    }
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", required=True, help="JSON file to write (written only when every job finished)")
+    ap.add_argument(
+        "--out", required=True, help="JSON file to write (written only when every job finished)"
+    )
     ap.add_argument("--splits", help="compare these splits, e.g. 2+6,4+4,6+2 (TARGETS+TRAINERS)")
-    ap.add_argument("--global-batch", type=int, default=24, help="samples per optimizer step in every split")
-    ap.add_argument("--max-procs", type=int, default=None,
-                    help="largest T+G run as it is (default: the visible GPUs; no limit on CPU)")
+    ap.add_argument(
+        "--global-batch", type=int, default=24, help="samples per optimizer step in every split"
+    )
+    ap.add_argument(
+        "--max-procs",
+        type=int,
+        default=None,
+        help="largest T+G run as it is (default: the visible GPUs; no limit on CPU)",
+    )
     ap.add_argument("overrides", nargs="*", help="Hydra overrides, as for splitserve.train")
     args = ap.parse_args()
     out = Path(args.out)
@@ -210,10 +271,20 @@ def main() -> None:
         max_procs = args.max_procs if args.max_procs is not None else default_max_procs()
 
         def save_partial(rows):
-            partial.write_text(json.dumps({**machine(), "complete": False, "splits": rows}, indent=1))
+            partial.write_text(
+                json.dumps({**machine(), "complete": False, "splits": rows}, indent=1)
+            )
 
-        report = {**machine(), **compare_splits(parse_splits(args.splits), args.global_batch, max_procs,
-                                                args.overrides, save_partial)}
+        report = {
+            **machine(),
+            **compare_splits(
+                parse_splits(args.splits),
+                args.global_batch,
+                max_procs,
+                args.overrides,
+                save_partial,
+            ),
+        }
     else:
         report = {**machine(), **measure(args.overrides)}
     out.write_text(json.dumps(report, indent=1))

@@ -27,9 +27,10 @@ sys.path.insert(0, str(ROOT))
 
 from draft_models import DraftConfig, TargetSpec, build_draft  # noqa: E402
 from serving.decoder import SpeculativeDecoder  # noqa: E402
-from serving.linear_state import KERNEL_FUNCTIONS, linear_kernels, linear_modeling_module  # noqa: E402
 from serving.scheduler import SchedulerConfig  # noqa: E402
-from splitserve.targets import ensure_ling3_mini, load_frozen_head  # noqa: E402
+from splitserve.target.embedded import ensure_ling3_mini  # noqa: E402
+from splitserve.target.linear_state import KERNEL_FUNCTIONS, linear_kernels, linear_modeling_module  # noqa: E402
+from splitserve.target.models import load_frozen_head  # noqa: E402
 
 
 @contextlib.contextmanager
@@ -59,7 +60,9 @@ def timed_decode(model, prompt: list[int], tokens: int) -> float:
     return tokens / (time.perf_counter() - t0)
 
 
-def check(model_dir: Path, dtype: torch.dtype, prompts: int, tokens: int, seed: int, device: str) -> dict:
+def check(
+    model_dir: Path, dtype: torch.dtype, prompts: int, tokens: int, seed: int, device: str
+) -> dict:
     from transformers import AutoModelForCausalLM
 
     target = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype).to(device).eval()
@@ -74,19 +77,35 @@ def check(model_dir: Path, dtype: torch.dtype, prompts: int, tokens: int, seed: 
     note("logits compared, max abs diff", (fast - ref).abs().max().item())
     torch.manual_seed(seed)
     cfg = DraftConfig(num_layers=1, block_size=4, markov_rank=16, mask_token_id=16)
-    draft = build_draft(cfg, TargetSpec.from_hf_config(target.config),
-                        load_frozen_head(model_dir, device, dtype)).to(device, dtype)
+    draft = build_draft(
+        cfg, TargetSpec.from_hf_config(target.config), load_frozen_head(model_dir, device, dtype)
+    ).to(device, dtype)
     outcomes = []
     for mode in (SchedulerConfig("fixed"), SchedulerConfig("threshold", threshold=0.1)):
         dec = SpeculativeDecoder(target, draft, scheduler=mode)
         for _ in range(prompts):
-            prompt = torch.randint(0, vocab, (int(torch.randint(8, 64, (1,), generator=g)),), generator=g).tolist()
+            prompt = torch.randint(
+                0, vocab, (int(torch.randint(8, 64, (1,), generator=g)),), generator=g
+            ).tolist()
             plain = SpeculativeDecoder(target, None).generate(prompt, tokens).token_ids
             res = dec.generate(prompt, tokens)
-            outcomes.append({"mode": mode.mode, "identical": res.token_ids == plain,
-                             "first_difference": next((i for i, (a, b) in enumerate(zip(res.token_ids, plain)) if a != b), None),
-                             "verify_steps": len(res.widths), "max_width": max(res.widths),
-                             "accepted": int(sum(res.accepted))})
+            outcomes.append(
+                {
+                    "mode": mode.mode,
+                    "identical": res.token_ids == plain,
+                    "first_difference": next(
+                        (
+                            i
+                            for i, (a, b) in enumerate(zip(res.token_ids, plain, strict=False))
+                            if a != b
+                        ),
+                        None,
+                    ),
+                    "verify_steps": len(res.widths),
+                    "max_width": max(res.widths),
+                    "accepted": int(sum(res.accepted)),
+                }
+            )
             note(outcomes[-1])
     note("timing target-only decoding")
     prompt = torch.randint(0, vocab, (32,), generator=g).tolist()
@@ -100,8 +119,15 @@ def check(model_dir: Path, dtype: torch.dtype, prompts: int, tokens: int, seed: 
         "kernels": linear_kernels(target),
         "logits_max_abs_diff_vs_torch_reference": (fast - ref).abs().max().item(),
         "logits_max_abs": ref.abs().max().item(),
-        "argmax_agreement_vs_torch_reference": (fast.argmax(-1) == ref.argmax(-1)).float().mean().item(),
-        "lossless": {"identical": sum(o["identical"] for o in outcomes), "of": len(outcomes), "cases": outcomes},
+        "argmax_agreement_vs_torch_reference": (fast.argmax(-1) == ref.argmax(-1))
+        .float()
+        .mean()
+        .item(),
+        "lossless": {
+            "identical": sum(o["identical"] for o in outcomes),
+            "of": len(outcomes),
+            "cases": outcomes,
+        },
         "target_only_tokens_per_s": {"bound_kernels": fla_tps, "torch_reference": ref_tps},
     }
 
@@ -109,24 +135,43 @@ def check(model_dir: Path, dtype: torch.dtype, prompts: int, tokens: int, seed: 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True)
-    ap.add_argument("--target", default=str(ROOT / "conf" / "target" / "ling3_mini_gpu.yaml"),
-                    help="a target YAML whose `mini` block shapes the bailing_hybrid")
+    ap.add_argument(
+        "--target",
+        default=str(ROOT / "conf" / "target" / "ling3_mini_gpu.yaml"),
+        help="a target YAML whose `mini` block shapes the bailing_hybrid",
+    )
     ap.add_argument("--prompts", type=int, default=3, help="prompts per scheduler mode")
     ap.add_argument("--tokens", type=int, default=48)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--device", default="cuda", help="cuda (fla's kernels); cpu only checks this script")
+    ap.add_argument(
+        "--device", default="cuda", help="cuda (fla's kernels); cpu only checks this script"
+    )
     args = ap.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("check_kda_gpu needs a CUDA device (fla-core's kernels are GPU-only)")
     mini = yaml.safe_load(Path(args.target).read_text()).get("mini") or {}
     model_dir = ensure_ling3_mini(mini, seed=args.seed)
     name = torch.cuda.get_device_name() if args.device == "cuda" else args.device
-    report = {"device": name, "torch": torch.__version__, "mini": mini,
-              "runs": [check(model_dir, dt, args.prompts, args.tokens, args.seed, args.device)
-                       for dt in (torch.float32, torch.bfloat16)]}
+    report = {
+        "device": name,
+        "torch": torch.__version__,
+        "mini": mini,
+        "runs": [
+            check(model_dir, dt, args.prompts, args.tokens, args.seed, args.device)
+            for dt in (torch.float32, torch.bfloat16)
+        ],
+    }
     Path(args.out).write_text(json.dumps(report, indent=1))
-    print(json.dumps({r["dtype"]: {k: v for k, v in r.items() if k != "lossless"} | {
-        "identical": f"{r['lossless']['identical']}/{r['lossless']['of']}"} for r in report["runs"]}, indent=1))
+    print(
+        json.dumps(
+            {
+                r["dtype"]: {k: v for k, v in r.items() if k != "lossless"}
+                | {"identical": f"{r['lossless']['identical']}/{r['lossless']['of']}"}
+                for r in report["runs"]
+            },
+            indent=1,
+        )
+    )
 
 
 if __name__ == "__main__":

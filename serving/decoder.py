@@ -25,46 +25,58 @@ stages each position's state and the accepted one is committed (`linear_state.py
 from __future__ import annotations
 
 import contextlib
-import warnings
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Optional, Sequence
 
 import torch
 from transformers import DynamicCache
 
-from splitserve.capture import capture_states
+from draft_models import get_arch, pick
+from splitserve.target.capture import capture_states
+from splitserve.target.linear_state import LinearStateStager, crop_cache, has_linear_layers
+from splitserve.target.models import cache_kwarg
 
-from .linear_state import LinearStateStager, crop_cache, has_linear_layers
-from .proposers import make_proposer, pick
 from .scheduler import SchedulerConfig, single_request_length
-
-# transformers >= 5.2x renames `past_key_values` to `cache`; older releases (the GPU image has
-# 5.17) only know the old name, so we keep it and silence the rename notice.
-warnings.filterwarnings("ignore", message=".*past_key_values.*deprecated", category=FutureWarning)
 
 
 @dataclass
 class DecodeResult:
     token_ids: list[int]
-    accept_lengths: list[int] = field(default_factory=list)  # tokens emitted per step (bonus included)
-    verified: list[int] = field(default_factory=list)  # draft tokens allowed into acceptance per step
+    accept_lengths: list[int] = field(
+        default_factory=list
+    )  # tokens emitted per step (bonus included)
+    verified: list[int] = field(
+        default_factory=list
+    )  # draft tokens allowed into acceptance per step
     accepted: list[int] = field(default_factory=list)  # draft tokens accepted per step
-    widths: list[int] = field(default_factory=list)  # tokens the target ran per step (anchor + drafts + padding)
-    confidence_logits: list[list[float]] = field(default_factory=list)  # raw, per step (record_confidence=True)
+    widths: list[int] = field(
+        default_factory=list
+    )  # tokens the target ran per step (anchor + drafts + padding)
+    confidence_logits: list[list[float]] = field(
+        default_factory=list
+    )  # raw, per step (record_confidence=True)
 
     @property
     def steps(self) -> int:
         return len(self.accept_lengths)
 
 
-def accept_block(drafts: torch.Tensor, dists: Optional[torch.Tensor], logits: torch.Tensor, n_verify: torch.Tensor,
-                 temperature: float, generator) -> tuple[torch.Tensor, torch.Tensor]:
+def accept_block(
+    drafts: torch.Tensor,
+    dists: torch.Tensor | None,
+    logits: torch.Tensor,
+    n_verify: torch.Tensor,
+    temperature: float,
+    generator,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(accepted count, tokens [W]) for drafts [W-1], target logits [W, V], all on one device;
     only drafts[:n_verify] may be accepted. tokens[:accepted] are the accepted drafts and
     tokens[accepted] the bonus (resampled from the residual after a rejection)."""
     w = logits.shape[0]
     if w == 1:  # nothing to verify: the bonus alone
-        return torch.zeros((), dtype=torch.long, device=logits.device), pick(logits[0], temperature, generator)[0]
+        return torch.zeros((), dtype=torch.long, device=logits.device), pick(
+            logits[0], temperature, generator
+        )[0]
     allowed = torch.arange(w - 1, device=logits.device) < n_verify
     if temperature == 0:
         target_tokens = logits.argmax(-1)
@@ -86,43 +98,85 @@ def accept_block(drafts: torch.Tensor, dists: Optional[torch.Tensor], logits: to
     return accepted, tokens
 
 
+def make_proposer(draft, gamma: int, sts: torch.Tensor):
+    """The decode-time state of `draft`, from its architecture's registry entry."""
+    return get_arch(draft.cfg.arch).proposer(draft, gamma, sts)
+
+
 class SpeculativeDecoder:
-    def __init__(self, target, draft=None, *, scheduler: SchedulerConfig = SchedulerConfig("fixed"),
-                 sps: Optional[Callable[[int], float]] = None, sts_temperatures: Optional[list[float]] = None,
-                 block_size: Optional[int] = None, verify_widths: Optional[Sequence[int]] = None) -> None:
+    def __init__(
+        self,
+        target,
+        draft=None,
+        *,
+        scheduler: SchedulerConfig | None = None,
+        sps: Callable[[int], float] | None = None,
+        sts_temperatures: list[float] | None = None,
+        block_size: int | None = None,
+        verify_widths: Sequence[int] | None = None,
+    ) -> None:
         self.target = target.eval()
         self.device = next(target.parameters()).device
         self.linear = has_linear_layers(target)
         self.draft = draft.eval() if draft is not None else None
-        self.scheduler = scheduler
+        self.scheduler = scheduler = scheduler or SchedulerConfig("fixed")
         self.gamma, self.layer_ids, self.sps_by_width = 0, [], None
         if draft is not None:
             cfg = draft.cfg
-            self.gamma = block_size or cfg.block_size
-            if self.gamma > cfg.block_size:
-                raise ValueError(f"block_size={self.gamma} is larger than the draft was trained for ({cfg.block_size})")
+            self.gamma = cfg.block_size if block_size is None else block_size
+            if not 1 <= self.gamma <= cfg.block_size:
+                why = "is larger than the draft was trained for" if self.gamma > 1 else "is below 1"
+                raise ValueError(
+                    f"block_size={self.gamma} {why}; allowed 1..{cfg.block_size} "
+                    "(the trained block size)"
+                )
             if scheduler.mode != "fixed" and not cfg.confidence_head:
-                raise ValueError(f"scheduler.mode={scheduler.mode} needs a confidence head; this draft has none")
-            self.sts = torch.tensor(sts_temperatures or [1.0] * cfg.block_size, dtype=torch.float64, device=self.device)
+                raise ValueError(
+                    f"scheduler.mode={scheduler.mode} needs a confidence head; this draft has none"
+                )
+            self.sts = torch.tensor(
+                sts_temperatures or [1.0] * cfg.block_size, dtype=torch.float64, device=self.device
+            )
             if self.sts.numel() != cfg.block_size:
-                raise ValueError(f"STS file has {self.sts.numel()} temperatures, the draft has block size {cfg.block_size}")
+                raise ValueError(
+                    f"STS file has {self.sts.numel()} temperatures, the draft has block size "
+                    f"{cfg.block_size}"
+                )
             if scheduler.mode == "prefix":
                 if sps is None:
-                    raise ValueError("scheduler.mode=prefix needs an SPS table (steps per second by verify width)")
-                self.sps_by_width = torch.tensor([0.0] + [sps(w) for w in range(1, self.gamma + 2)],
-                                                 dtype=torch.float64, device=self.device)
+                    raise ValueError(
+                        "scheduler.mode=prefix needs an SPS table (steps per second by verify "
+                        "width)"
+                    )
+                self.sps_by_width = torch.tensor(
+                    [0.0] + [sps(w) for w in range(1, self.gamma + 2)],
+                    dtype=torch.float64,
+                    device=self.device,
+                )
             self.layer_ids = cfg.target_layer_ids
         widths = sorted(set(verify_widths)) if verify_widths else list(range(1, self.gamma + 2))
         if widths[-1] != self.gamma + 1 or widths[0] < 1:
-            raise ValueError(f"verify_widths {widths} must be >= 1 and end at gamma + 1 = {self.gamma + 1}")
+            raise ValueError(
+                f"verify_widths {widths} must be >= 1 and end at gamma + 1 = {self.gamma + 1}"
+            )
         self.verify_widths = widths
 
     def _target_forward(self, ids: torch.Tensor, start: int, cache: DynamicCache):
-        """Logits [n, V] and captured draft features [n, m*H] for token ids [n] at positions start.."""
+        """Logits [n, V] and captured draft features [n, m*H] for token ids [n] at positions
+        start.."""
         pos = torch.arange(start, start + ids.shape[0], device=self.device)[None]
         with capture_states(self.target, self.layer_ids) as store:
-            out = self.target(input_ids=ids[None], position_ids=pos, past_key_values=cache, use_cache=True)
-        feats = torch.cat([store["layers"][i][0] for i in self.layer_ids], -1) if self.layer_ids else None
+            out = self.target(
+                input_ids=ids[None],
+                position_ids=pos,
+                use_cache=True,
+                **cache_kwarg(self.target, cache),
+            )
+        feats = (
+            torch.cat([store["layers"][i][0] for i in self.layer_ids], -1)
+            if self.layer_ids
+            else None
+        )
         return out.logits[0].float(), feats
 
     def _width_for(self, n_verify: torch.Tensor) -> int:
@@ -132,22 +186,47 @@ class SpeculativeDecoder:
         return next(w for w in self.verify_widths if w >= need)
 
     def _new_cache(self) -> DynamicCache:
-        return DynamicCache(config=self.target.config)  # the config tells hybrid models which layers are linear
+        return DynamicCache(
+            config=self.target.config
+        )  # the config tells hybrid models which layers are linear
 
     @torch.no_grad()
-    def generate(self, prompt_ids: list[int], max_new_tokens: int, *, temperature: float = 0.0,
-                 eos_token_id: Optional[int] = None, seed: int = 0, record_confidence: bool = False) -> DecodeResult:
+    def generate(
+        self,
+        prompt_ids: list[int],
+        max_new_tokens: int,
+        *,
+        temperature: float = 0.0,
+        eos_token_id: int | None = None,
+        seed: int = 0,
+        record_confidence: bool = False,
+    ) -> DecodeResult:
         """`record_confidence` keeps each step's raw confidence logits (an extra host read per
         step; for calibration only)."""
         if not prompt_ids:
             raise ValueError("prompt_ids is empty")
         stager = LinearStateStager(self.target) if self.linear else None
         with stager or contextlib.nullcontext():
-            return self._generate(prompt_ids, max_new_tokens, temperature, eos_token_id, seed, record_confidence,
-                                  stager)
+            return self._generate(
+                prompt_ids,
+                max_new_tokens,
+                temperature,
+                eos_token_id,
+                seed,
+                record_confidence,
+                stager,
+            )
 
-    def _generate(self, prompt_ids, max_new_tokens, temperature, eos_token_id, seed, record_confidence,
-                  stager: Optional[LinearStateStager]) -> DecodeResult:
+    def _generate(
+        self,
+        prompt_ids,
+        max_new_tokens,
+        temperature,
+        eos_token_id,
+        seed,
+        record_confidence,
+        stager: LinearStateStager | None,
+    ) -> DecodeResult:
         generator = torch.Generator(self.device).manual_seed(seed) if temperature > 0 else None
         cache = self._new_cache()
         prompt = torch.tensor(prompt_ids, device=self.device)
@@ -163,24 +242,44 @@ class SpeculativeDecoder:
             budget = max_new_tokens - len(out.token_ids)
             if proposer is not None:
                 drafts, dists, survival = proposer.propose(anchor, pos, temperature, generator)
-                n_verify = torch.clamp(single_request_length(survival, self.scheduler, self.sps_by_width), max=budget)
+                n_verify = torch.clamp(
+                    single_request_length(survival, self.scheduler, self.sps_by_width), max=budget
+                )
             else:
-                drafts, dists, n_verify = anchor[:0], None, torch.zeros((), dtype=torch.long, device=self.device)
+                drafts, dists, n_verify = (
+                    anchor[:0],
+                    None,
+                    torch.zeros((), dtype=torch.long, device=self.device),
+                )
             width = self._width_for(n_verify) if proposer is not None else 1
             if stager is not None:
                 stager.staging = True
-            logits, feats = self._target_forward(torch.cat((anchor, drafts[: width - 1])), pos, cache)
+            logits, feats = self._target_forward(
+                torch.cat((anchor, drafts[: width - 1])), pos, cache
+            )
             if stager is not None:
                 stager.staging = False
-            accepted, tokens = accept_block(drafts[: width - 1], None if dists is None else dists[: width - 1],
-                                            logits, n_verify, temperature, generator)
-            packed = torch.cat((accepted.view(1), n_verify.view(1).to(accepted), tokens)).tolist()  # the host read
-            n_acc, n_ver, emitted = packed[0], packed[1], packed[2: 3 + packed[0]]
+            accepted, tokens = accept_block(
+                drafts[: width - 1],
+                None if dists is None else dists[: width - 1],
+                logits,
+                n_verify,
+                temperature,
+                generator,
+            )
+            packed = torch.cat(
+                (accepted.view(1), n_verify.view(1).to(accepted), tokens)
+            ).tolist()  # the host read
+            n_acc, n_ver, emitted = packed[0], packed[1], packed[2 : 3 + packed[0]]
             if eos_token_id is not None and eos_token_id in emitted:
                 emitted = emitted[: emitted.index(eos_token_id) + 1]
-            if stager is not None:  # linear layers: keep the staged state of the last committed position
+            if (
+                stager is not None
+            ):  # linear layers: keep the staged state of the last committed position
                 stager.commit(cache, n_acc)
-            crop_cache(cache, width - n_acc - 1)  # drop the target states of rejected and padding tokens
+            crop_cache(
+                cache, width - n_acc - 1
+            )  # drop the target states of rejected and padding tokens
             if proposer is not None:
                 proposer.commit(feats[: n_acc + 1], torch.cat((anchor, drafts[:n_acc])), pos)
             out.token_ids += emitted
@@ -188,10 +287,14 @@ class SpeculativeDecoder:
             out.verified.append(n_ver)
             out.accepted.append(n_acc)
             out.widths.append(width)
-            if record_confidence and proposer is not None and proposer.confidence_logits is not None:
+            if (
+                record_confidence
+                and proposer is not None
+                and proposer.confidence_logits is not None
+            ):
                 out.confidence_logits.append(proposer.confidence_logits.tolist())
             pos += n_acc + 1
-            anchor = tokens[n_acc: n_acc + 1]
+            anchor = tokens[n_acc : n_acc + 1]
         out.token_ids = out.token_ids[:max_new_tokens]
         return out
 
@@ -203,7 +306,9 @@ class SpeculativeDecoder:
 
         if self.draft is None:
             return 0.0
-        logits, feats = self._target_forward(torch.tensor(prompt_ids, device=self.device), 0, self._new_cache())
+        logits, feats = self._target_forward(
+            torch.tensor(prompt_ids, device=self.device), 0, self._new_cache()
+        )
         proposer = make_proposer(self.draft, self.gamma, self.sts)
         proposer.commit(feats, torch.tensor(prompt_ids, device=self.device), 0)
         anchor = logits[-1:].argmax(-1)

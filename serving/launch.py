@@ -1,6 +1,7 @@
 """Print (or run) the SGLang 0.5.23 command that serves a target with an exported DSpark draft.
 
-    python -m serving.launch --target /models/Ling-3.0-flash --draft draft_for_sglang [--tp-size 4] [--port 30000] [--exec]
+    python -m serving.launch --target /models/Ling-3.0-flash --draft draft_for_sglang \
+        [--tp-size 4] [--port 30000] [--exec]
 
 The draft directory is what `python -m serving.export` wrote; its `sps.json` / `sts.json`, when
 present, are passed to SGLang (and `SGLANG_RAGGED_VERIFY_MODE=compact`, which makes the scheduler
@@ -11,28 +12,45 @@ UNVERIFIED end to end: SGLang cannot run on the machines this project is develop
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shlex
 import sys
 from pathlib import Path
 
+from . import cli
 
-def build_command(target: str, draft: Path, tp_size: int = 1, port: int = 30000,
-                  extra: list[str] | None = None) -> tuple[list[str], dict[str, str]]:
+
+def build_command(
+    target: str, draft: Path, tp_size: int = 1, port: int = 30000, extra: list[str] | None = None
+) -> tuple[list[str], dict[str, str]]:
     """(argv after `python -m sglang.launch_server`, extra environment)."""
     draft = Path(draft)
     for name in ("config.json", "model.safetensors"):
         if not (draft / name).is_file():
-            raise FileNotFoundError(f"{draft / name} is missing: pass a directory written by `python -m serving.export`")
+            raise FileNotFoundError(
+                f"{draft / name} is missing: pass a directory written by `python -m serving.export`"
+            )
     config = json.loads((draft / "config.json").read_text())
     if not any(a.endswith("DSparkModel") for a in config.get("architectures", [])):
-        raise ValueError(f"{draft}/config.json is not a DSpark draft (architectures={config.get('architectures')})")
-    argv = ["--model-path", str(target), "--speculative-algorithm", "DSPARK",
-            "--speculative-draft-model-path", str(draft),
-            "--speculative-dspark-block-size", str(config["block_size"]),
-            "--tp-size", str(tp_size), "--port", str(port)]
+        raise ValueError(
+            f"{draft}/config.json is not a DSpark draft "
+            f"(architectures={config.get('architectures')})"
+        )
+    argv = [
+        "--model-path",
+        str(target),
+        "--speculative-algorithm",
+        "DSPARK",
+        "--speculative-draft-model-path",
+        str(draft),
+        "--speculative-dspark-block-size",
+        str(config["block_size"]),
+        "--tp-size",
+        str(tp_size),
+        "--port",
+        str(port),
+    ]
     env: dict[str, str] = {}
     if (draft / "sps.json").is_file():
         argv += ["--speculative-dspark-sps-table-path", str(draft / "sps.json")]
@@ -53,11 +71,13 @@ def validate_with_sglang(argv: list[str]) -> bool:
 
 
 def main(args_in=None) -> int:
-    ap = argparse.ArgumentParser(description="Serve a target with an exported DSpark draft through SGLang 0.5.23")
+    ap = cli.parser("launch", "Serve a target with an exported DSpark draft through SGLang 0.5.23")
     ap.add_argument("--target", required=True, help="target model path (as sglang's --model-path)")
-    ap.add_argument("--draft", required=True, type=Path, help="directory written by `python -m serving.export`")
-    ap.add_argument("--tp-size", type=int, default=1)
-    ap.add_argument("--port", type=int, default=30000)
+    ap.add_argument(
+        "--draft", required=True, type=Path, help="directory written by `python -m serving.export`"
+    )
+    ap.add_argument("--tp-size", type=cli.POSITIVE, default=1, help="tensor parallel GPUs")
+    ap.add_argument("--port", type=cli.int_at_least(1, 65535), default=30000, help="server port")
     ap.add_argument("--exec", action="store_true", help="run the command instead of printing it")
     args, extra = ap.parse_known_args(args_in)
     try:
@@ -70,7 +90,10 @@ def main(args_in=None) -> int:
     prefix = " ".join(f"{k}={v}" for k, v in env.items())
     print((prefix + " " if prefix else "") + shlex.join(command))
     if not validated:
-        print("note: sglang is not importable here; flags not validated by sglang's parser", file=sys.stderr)
+        print(
+            "note: sglang is not importable here; flags not validated by sglang's parser",
+            file=sys.stderr,
+        )
     if args.exec:
         os.execvpe(command[0], command, {**os.environ, **env})
     return 0

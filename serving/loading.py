@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict
 from pathlib import Path
-from typing import Optional
 
 import torch
 
 from draft_models import build_draft
 from draft_models.sts import read_temperatures
+from splitserve import checkpoint
+from splitserve.target.config import resolve_dtype
+from splitserve.target.models import (
+    check_tokenizer,
+    load_causal_lm,
+    load_frozen_head,
+    load_target_spec,
+)
 
+from . import cli
 from .decoder import SpeculativeDecoder
-from .export import read_checkpoint
 from .scheduler import SchedulerConfig
 from .sps import SpsTable
 
@@ -24,74 +30,127 @@ def pick_device(name: str = "auto") -> torch.device:
     return torch.device(name)
 
 
-def target_dir_of(checkpoint: Path, target_dir: Optional[Path] = None) -> Path:
+def target_dir_of(draft: checkpoint.DraftCheckpoint, target_dir: Path | None = None) -> Path:
     """The target a checkpoint was trained against (its meta.json), unless `target_dir` is given."""
-    if target_dir is None:
-        meta = Path(checkpoint) / "meta.json"
-        if not meta.is_file():
-            raise FileNotFoundError(f"{checkpoint} is not a complete SplitServe checkpoint: missing {meta}")
-        target_dir = Path(json.loads(meta.read_text())["model_dir"])
-    if not (Path(target_dir) / "config.json").is_file():
+    target_dir = Path(target_dir) if target_dir is not None else draft.model_dir
+    if not (target_dir / "config.json").is_file():
         raise FileNotFoundError(f"target {target_dir} is not a HF model directory (no config.json)")
-    return Path(target_dir)
+    return target_dir
 
 
-def load_decoder(checkpoint: Path, target_dir: Optional[Path] = None, *, scheduler: SchedulerConfig,
-                 sps: Optional[Path] = None, sts: Optional[Path] = None, block_size: Optional[int] = None,
-                 device: str = "auto", verify_widths=None, dtype: str = "auto"):
-    """(decoder, tokenizer) for a SplitServe checkpoint. dtype auto: fp32 on CPU, bf16 on GPU
-    (greedy output is bit-identical to target-only decoding in fp32; in bf16 a verify step over
-    several tokens rounds differently from a one-token step, so near-ties can resolve apart)."""
-    from transformers import AutoModelForCausalLM
-
-    from splitserve.targets import check_tokenizer, load_frozen_head, load_target_spec
-
-    cfg, trained_on, weights = read_checkpoint(checkpoint)
-    target_dir = target_dir_of(checkpoint, target_dir)
+def load_decoder(
+    ckpt: Path,
+    target_dir: Path | None = None,
+    *,
+    scheduler: SchedulerConfig,
+    sps: Path | None = None,
+    sts: Path | None = None,
+    block_size: int | None = None,
+    device: str = "auto",
+    verify_widths=None,
+    dtype: str = "auto",
+):
+    """(decoder, tokenizer) for a SplitServe checkpoint (or a run directory's newest one). dtype
+    auto: fp32 on CPU, bf16 on GPU (greedy output is bit-identical to target-only decoding in
+    fp32; in bf16 a verify step over several tokens rounds differently from a one-token step, so
+    near-ties can resolve apart)."""
+    draft_ckpt = checkpoint.read_draft(ckpt)
+    cfg = draft_ckpt.cfg
+    target_dir = target_dir_of(draft_ckpt, target_dir)
     spec = load_target_spec(target_dir)
-    if asdict(spec) != asdict(trained_on):
-        diff = sorted(k for k, v in asdict(spec).items() if asdict(trained_on)[k] != v)
-        raise ValueError(f"checkpoint {checkpoint} was trained for a different target: {target_dir} differs in {diff}")
+    if asdict(spec) != asdict(draft_ckpt.target):
+        diff = sorted(k for k, v in asdict(spec).items() if asdict(draft_ckpt.target)[k] != v)
+        raise ValueError(
+            f"checkpoint {draft_ckpt.path} was trained for a different target: {target_dir} "
+            f"differs in {diff}"
+        )
     dev = pick_device(device)
     if dtype not in ("auto", "float32", "bfloat16"):
         raise ValueError(f"--dtype {dtype!r}: allowed auto, float32, bfloat16")
-    dtype = getattr(torch, dtype) if dtype != "auto" else (torch.bfloat16 if dev.type == "cuda" else torch.float32)
+    dtype = resolve_dtype(dtype, dev)
     temps = read_temperatures(sts, cfg.block_size) if sts is not None else None
     table = SpsTable.load(sps) if sps is not None else None
     tokenizer = check_tokenizer(target_dir, spec)
-    target = AutoModelForCausalLM.from_pretrained(target_dir, dtype=dtype).to(dev)
+    target = load_causal_lm(target_dir, dev, dtype)
     draft = build_draft(cfg, spec, load_frozen_head(target_dir, dev, dtype))
-    draft.load_state_dict(weights, strict=True)
+    draft.load_state_dict(draft_ckpt.weights, strict=True)
     draft.to(device=dev, dtype=dtype)
-    decoder = SpeculativeDecoder(target, draft, scheduler=scheduler, sps=table, sts_temperatures=temps,
-                                 block_size=block_size, verify_widths=verify_widths)
+    decoder = SpeculativeDecoder(
+        target,
+        draft,
+        scheduler=scheduler,
+        sps=table,
+        sts_temperatures=temps,
+        block_size=block_size,
+        verify_widths=verify_widths,
+    )
     return decoder, tokenizer
 
 
-def chat_ids(tokenizer, messages: list[dict]) -> list[int]:
-    return list(tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
-                                              return_dict=True)["input_ids"])
-
-
-def add_decoder_args(ap, *, scheduler_default: str = "fixed") -> None:
-    """The flags every serving CLI shares to build a decoder from a checkpoint."""
-    ap.add_argument("--checkpoint", required=True, type=Path, help="RUN/checkpoints/step-N")
-    ap.add_argument("--target", type=Path, help="target model directory (default: the one trained against)")
-    ap.add_argument("--block-size", type=int, help="draft tokens per step (at most the trained block size)")
-    ap.add_argument("--scheduler", default=scheduler_default, choices=["fixed", "threshold", "prefix"])
-    ap.add_argument("--threshold", type=float, default=0.5, help="scheduler=threshold: prefix-survival cut")
-    ap.add_argument("--sps", type=Path, help="SPS table JSON (scheduler=prefix)")
-    ap.add_argument("--sts", type=Path, help="STS calibration JSON")
-    ap.add_argument("--verify-widths", type=int, nargs="+",
-                    help="verify shapes (graph buckets); default every width 1..gamma+1")
+def add_model_args(ap) -> None:
+    """The flags that load a checkpoint's draft and its target."""
+    ap.add_argument(
+        "--checkpoint",
+        required=True,
+        type=Path,
+        help="RUN/checkpoints/step-N, or a run directory (its newest complete checkpoint)",
+    )
+    ap.add_argument(
+        "--target", type=Path, help="target model directory (default: the one trained against)"
+    )
     ap.add_argument("--device", default="auto", help="auto (GPU when available) | cpu | cuda[:i]")
-    ap.add_argument("--dtype", default="auto", help="auto (bf16 on GPU, fp32 on CPU) | float32 | bfloat16")
+    ap.add_argument(
+        "--dtype",
+        default="auto",
+        choices=["auto", "float32", "bfloat16"],
+        help="auto: bf16 on GPU, fp32 on CPU",
+    )
+
+
+def add_decoding_args(ap, *, scheduler_default: str = "fixed") -> None:
+    """The flags that shape a speculative decoding step."""
+    ap.add_argument(
+        "--block-size",
+        type=cli.POSITIVE,
+        help="draft tokens per step, at most the trained block size (default: the trained one)",
+    )
+    ap.add_argument(
+        "--scheduler",
+        default=scheduler_default,
+        choices=["fixed", "threshold", "prefix"],
+        help="how many drafts each step verifies",
+    )
+    ap.add_argument(
+        "--threshold",
+        type=cli.PROBABILITY,
+        default=0.5,
+        help="scheduler=threshold: verify drafts while their prefix survival is at least this",
+    )
+    ap.add_argument("--sps", type=Path, help="SPS table JSON (needed by scheduler=prefix)")
+    ap.add_argument("--sts", type=Path, help="STS calibration JSON (confidence temperatures)")
+    ap.add_argument(
+        "--verify-widths",
+        type=cli.POSITIVE,
+        nargs="+",
+        help="verify shapes (graph buckets); default: every width 1..gamma+1",
+    )
 
 
 def decoder_from_args(args):
-    """(decoder, tokenizer) from `add_decoder_args` flags; raises ValueError / FileNotFoundError."""
+    """(decoder, tokenizer) from `add_model_args` + `add_decoding_args` flags; raises ValueError /
+    FileNotFoundError. A run directory given as --checkpoint is replaced in `args` by its newest
+    complete checkpoint."""
+    args.checkpoint = checkpoint.resolve(args.checkpoint)
     scheduler = SchedulerConfig(mode=args.scheduler, threshold=args.threshold)
     scheduler.validate()
-    return load_decoder(args.checkpoint, args.target, scheduler=scheduler, sps=args.sps, sts=args.sts,
-                        block_size=args.block_size, device=args.device, verify_widths=args.verify_widths,
-                        dtype=args.dtype)
+    return load_decoder(
+        args.checkpoint,
+        args.target,
+        scheduler=scheduler,
+        sps=args.sps,
+        sts=args.sts,
+        block_size=args.block_size,
+        device=args.device,
+        verify_widths=args.verify_widths,
+        dtype=args.dtype,
+    )

@@ -1,6 +1,7 @@
 """Profile the verify step rate by width on this device and write the SPS table SGLang reads.
 
-    python -m serving.profile_sps --out sps.json [--target DIR] [--widths 1 2 4 8 16] [--context 512] [--repeats 5]
+    python -m serving.profile_sps --out sps.json [--target DIR] [--widths 1 2 4 8 16] \
+        [--context 512] [--repeats 5]
 
 For each width B, the target runs B tokens over a KV cache already holding `--context` tokens
 (exactly what one verify step of the reference decoder does), then the cache is cropped back;
@@ -9,16 +10,18 @@ the median over repeats gives steps per second. The default target is the embedd
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import time
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM, DynamicCache
+from transformers import DynamicCache
 
-from .linear_state import crop_cache
+from splitserve.target.linear_state import crop_cache
+from splitserve.target.models import cache_kwarg, load_causal_lm
+
+from . import cli
 from .sps import SpsTable
 
 
@@ -29,10 +32,15 @@ def profile(target, widths: list[int], context: int, repeats: int, device) -> Sp
         raise ValueError("--context and --repeats must be >= 1")
     vocab = target.config.get_text_config().vocab_size
     g = torch.Generator().manual_seed(0)
-    cache = DynamicCache(config=target.config)  # hybrid (linear-attention) targets need their layer kinds
+    cache = DynamicCache(
+        config=target.config
+    )  # hybrid (linear-attention) targets need their layer kinds
     with torch.no_grad():
-        target(input_ids=torch.randint(0, vocab, (1, context), generator=g).to(device), past_key_values=cache,
-               use_cache=True)
+        target(
+            input_ids=torch.randint(0, vocab, (1, context), generator=g).to(device),
+            **cache_kwarg(target, cache),
+            use_cache=True,
+        )
         rates = []
         for w in widths:
             ids = torch.randint(0, vocab, (1, w), generator=g).to(device)
@@ -42,39 +50,52 @@ def profile(target, widths: list[int], context: int, repeats: int, device) -> Sp
                 if device.type == "cuda":
                     torch.cuda.synchronize()
                 t0 = time.perf_counter()
-                target(input_ids=ids, position_ids=pos, past_key_values=cache, use_cache=True)
+                target(
+                    input_ids=ids, position_ids=pos, **cache_kwarg(target, cache), use_cache=True
+                )
                 if device.type == "cuda":
                     torch.cuda.synchronize()
                 times.append(time.perf_counter() - t0)
-                crop_cache(cache, w)  # back to `context` (linear layers' state is irrelevant to timing)
+                crop_cache(
+                    cache, w
+                )  # back to `context` (linear layers' state is irrelevant to timing)
             rates.append(1.0 / statistics.median(times[1:]))
     return SpsTable(list(widths), rates, widths[-1])
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description="Profile verify steps/s by width; write SGLang's SPS table JSON")
-    ap.add_argument("--out", required=True, type=Path)
-    ap.add_argument("--target", type=Path, help="HF model directory (default: the embedded SmolLM2 target)")
-    ap.add_argument("--widths", type=int, nargs="+", default=[1, 2, 4, 8, 16])
-    ap.add_argument("--context", type=int, default=512)
-    ap.add_argument("--repeats", type=int, default=5)
+    ap = cli.parser("profile_sps", "Profile verify steps/s by width; write SGLang's SPS table JSON")
+    ap.add_argument("--out", required=True, type=Path, help="the SPS JSON to write")
+    ap.add_argument(
+        "--target", type=Path, help="HF model directory (default: the embedded SmolLM2 target)"
+    )
+    ap.add_argument(
+        "--widths",
+        type=cli.POSITIVE,
+        nargs="+",
+        default=[1, 2, 4, 8, 16],
+        help="verify widths to time, strictly increasing",
+    )
+    ap.add_argument(
+        "--context", type=cli.POSITIVE, default=512, help="tokens already in the KV cache"
+    )
+    ap.add_argument("--repeats", type=cli.POSITIVE, default=5, help="timed steps per width")
     args = ap.parse_args(argv)
     try:
         if args.target is None:
-            from splitserve.embedded_target import ensure_smollm2
+            from splitserve.target.embedded import ensure_smollm2
 
             args.target = ensure_smollm2()
         if not (args.target / "config.json").is_file():
             raise FileNotFoundError(f"{args.target} is not a HF model directory (no config.json)")
         device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-        dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-        target = AutoModelForCausalLM.from_pretrained(args.target, dtype=dtype).to(device).eval()
+        target = load_causal_lm(args.target, device, "auto")
         table = profile(target, args.widths, args.context, args.repeats, device)
     except (ValueError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     args.out.write_text(table.to_json())
-    for w, r in zip(table.sample_batch_tokens, table.sample_steps_per_sec):
+    for w, r in zip(table.sample_batch_tokens, table.sample_steps_per_sec, strict=True):
         print(f"width {w:>4}: {r:8.1f} steps/s")
     return 0
 

@@ -15,8 +15,8 @@ gamma draft slots. Output: lengths l[r] in 0..gamma (tokens verified besides the
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Optional
 
 import torch
 
@@ -27,11 +27,13 @@ MODES = ("prefix", "threshold", "fixed")
 class SchedulerConfig:
     mode: str = "prefix"
     threshold: float = 0.5  # threshold mode
-    length: Optional[int] = None  # fixed mode; None = gamma
+    length: int | None = None  # fixed mode; None = gamma
 
     def validate(self) -> None:
         if self.mode not in MODES:
-            raise ValueError(f"scheduler.mode={self.mode!r} is invalid; allowed: {', '.join(MODES)}")
+            raise ValueError(
+                f"scheduler.mode={self.mode!r} is invalid; allowed: {', '.join(MODES)}"
+            )
         if not 0.0 <= self.threshold <= 1.0:
             raise ValueError(f"scheduler.threshold={self.threshold} must lie in [0, 1]")
 
@@ -40,13 +42,15 @@ def prefix_schedule(survival: torch.Tensor, sps: Callable[[int], float]) -> list
     """Algorithm 1 for R requests; survival [R, gamma]."""
     r, gamma = survival.shape
     a = survival.double().cpu()
-    order = sorted(((-float(a[i, j]), j, i) for i in range(r) for j in range(gamma)))
+    order = sorted((-float(a[i, j]), j, i) for i in range(r) for j in range(gamma))
     lengths = [0] * r
     b, tau = r, float(r)
     best = tau * sps(b)
     for neg_a, j, i in order:
         if j != lengths[i]:  # only reachable with a non-monotone survival row
-            raise ValueError(f"survival of request {i} increases at slot {j}: expected a cumulative product")
+            raise ValueError(
+                f"survival of request {i} increases at slot {j}: expected a cumulative product"
+            )
         value = (tau - neg_a) * sps(b + 1)
         if value <= best:
             break
@@ -59,7 +63,9 @@ def threshold_schedule(survival: torch.Tensor, threshold: float) -> list[int]:
     return torch.cumprod(keep.long(), dim=1).sum(1).tolist()
 
 
-def schedule(survival: torch.Tensor, cfg: SchedulerConfig, sps: Optional[Callable[[int], float]] = None) -> list[int]:
+def schedule(
+    survival: torch.Tensor, cfg: SchedulerConfig, sps: Callable[[int], float] | None = None
+) -> list[int]:
     """Draft tokens to verify per request, for survival [R, gamma]."""
     if survival.dim() != 2:
         raise ValueError(f"survival must be [requests, gamma], got shape {tuple(survival.shape)}")
@@ -72,22 +78,29 @@ def schedule(survival: torch.Tensor, cfg: SchedulerConfig, sps: Optional[Callabl
     if cfg.mode == "threshold":
         return threshold_schedule(survival, cfg.threshold)
     if sps is None:
-        raise ValueError("scheduler.mode=prefix needs an SPS table (steps per second by verify width)")
+        raise ValueError(
+            "scheduler.mode=prefix needs an SPS table (steps per second by verify width)"
+        )
     return prefix_schedule(survival, sps)
 
 
-def single_request_length(survival: torch.Tensor, cfg: SchedulerConfig, sps_by_width: Optional[torch.Tensor]) -> torch.Tensor:
+def single_request_length(
+    survival: torch.Tensor, cfg: SchedulerConfig, sps_by_width: torch.Tensor | None
+) -> torch.Tensor:
     """The same decision for one request, computed on survival's device as a 0-d tensor (no host
     read, so a decode step can run ahead of the host). `sps_by_width[w]` = SPS(w) for w in
     0..gamma+1 (index 0 unused). For R = 1, Algorithm 1 visits slots in order and admits slot l
     while (1 + a_0 + ... + a_l) * SPS(l + 2) beats the value without it."""
     gamma = survival.shape[0]
     if cfg.mode == "fixed":
-        return torch.tensor(gamma if cfg.length is None else cfg.length, device=survival.device)
+        # a fill on the device, not a host-to-device copy (which would wait for the device)
+        return survival.new_full((), gamma if cfg.length is None else cfg.length, dtype=torch.long)
     if cfg.mode == "threshold":
         return torch.cumprod((survival >= cfg.threshold).long(), 0).sum()
     if sps_by_width is None:
-        raise ValueError("scheduler.mode=prefix needs an SPS table (steps per second by verify width)")
+        raise ValueError(
+            "scheduler.mode=prefix needs an SPS table (steps per second by verify width)"
+        )
     tau = torch.cat((survival.new_ones(1), 1 + torch.cumsum(survival.double(), 0)))  # l = 0..gamma
-    value = tau * sps_by_width[1: gamma + 2].to(tau)
+    value = tau * sps_by_width[1 : gamma + 2].to(tau)
     return torch.cumprod((value[1:] > value[:-1]).long(), 0).sum()

@@ -26,13 +26,21 @@ class SpsTable:
         if not tokens:
             raise ValueError("SPS table: sample_batch_tokens is empty")
         if len(tokens) != len(rates):
-            raise ValueError(f"SPS table: {len(tokens)} sample_batch_tokens but {len(rates)} sample_steps_per_sec")
+            raise ValueError(
+                f"SPS table: {len(tokens)} sample_batch_tokens but {len(rates)} "
+                "sample_steps_per_sec"
+            )
         if any(not isinstance(t, int) or t < 1 for t in tokens) or tokens != sorted(set(tokens)):
-            raise ValueError(f"SPS table: sample_batch_tokens must be strictly increasing integers >= 1, got {tokens}")
+            raise ValueError(
+                "SPS table: sample_batch_tokens must be strictly increasing integers >= 1, got "
+                f"{tokens}"
+            )
         if any(not isinstance(r, (int, float)) or not r > 0 for r in rates):
             raise ValueError(f"SPS table: sample_steps_per_sec must all be > 0, got {rates}")
         if self.max_batch_tokens < tokens[-1]:
-            raise ValueError(f"SPS table: max_batch_tokens={self.max_batch_tokens} < largest probe {tokens[-1]}")
+            raise ValueError(
+                f"SPS table: max_batch_tokens={self.max_batch_tokens} < largest probe {tokens[-1]}"
+            )
 
     def __call__(self, batch_tokens: int) -> float:
         i = bisect.bisect_right(self.sample_batch_tokens, batch_tokens) - 1
@@ -42,13 +50,15 @@ class SpsTable:
         return json.dumps(asdict(self), indent=1)
 
     @classmethod
-    def load(cls, path: str | Path) -> "SpsTable":
+    def load(cls, path: str | Path) -> SpsTable:
         path = Path(path)
         data = read_json(path, "SPS table")
         expected = {"sample_batch_tokens", "sample_steps_per_sec", "max_batch_tokens"}
         if not isinstance(data, dict) or set(data) != expected:
             got = sorted(data) if isinstance(data, dict) else type(data).__name__
-            raise ValueError(f"SPS table {path}: expected exactly the keys {sorted(expected)}, got {got}")
+            raise ValueError(
+                f"SPS table {path}: expected exactly the keys {sorted(expected)}, got {got}"
+            )
         try:
             return cls(**data)
         except ValueError as exc:

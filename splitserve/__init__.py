@@ -1,5 +1,7 @@
-"""SplitServe trainer and runtime: split a node into target workers and DeepSpeed draft trainers.
+"""SplitServe: split a node into target workers and DeepSpeed draft trainers.
 
-Built so far: the target side (embedded target, hidden-state capture, loss masks). The trainer
-itself lands with issue 3.
+Layers (docs/ARCHITECTURE.md, checked by tests/test_layers.py): `data` and `checkpoint` at the
+bottom, `target` (the target side, shared with serving) above them, and the trainer (`config`,
+`train`, `launch`, `workers`, `transport`, `topology`, `trainer`) on top; serving sits beside the
+trainer and neither imports the other.
 """

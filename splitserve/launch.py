@@ -30,13 +30,19 @@ def launch(ctx: RunContext) -> None:
     spawn = mp.get_context("spawn")
     procs: list[tuple[str, mp.Process]] = []
     if ctx.cfg.split.colocated:
-        procs.append(("colocated", spawn.Process(target=colocated_main, args=(ctx,), name="colocated")))
+        procs.append(
+            ("colocated", spawn.Process(target=colocated_main, args=(ctx,), name="colocated"))
+        )
     else:
         t = ctx.topology
-        procs += [(f"target{i}", spawn.Process(target=target_main, args=(i, ctx), name=f"target{i}"))
-                  for i in range(t.num_targets)]
-        procs += [(f"trainer{r}", spawn.Process(target=trainer_main, args=(r, ctx), name=f"trainer{r}"))
-                  for r in range(t.num_trainers)]
+        procs += [
+            (f"target{i}", spawn.Process(target=target_main, args=(i, ctx), name=f"target{i}"))
+            for i in range(t.num_targets)
+        ]
+        procs += [
+            (f"trainer{r}", spawn.Process(target=trainer_main, args=(r, ctx), name=f"trainer{r}"))
+            for r in range(t.num_trainers)
+        ]
     for _, p in procs:
         p.start()
     _record_pids(ctx, {name: p.pid for name, p in procs})
@@ -44,7 +50,9 @@ def launch(ctx: RunContext) -> None:
         while True:
             failed = [(n, p.exitcode) for n, p in procs if p.exitcode not in (None, 0)]
             if failed:
-                raise RuntimeError(f"worker {failed[0][0]} exited with code {failed[0][1]}; stopped the others")
+                raise RuntimeError(
+                    f"worker {failed[0][0]} exited with code {failed[0][1]}; stopped the others"
+                )
             if all(p.exitcode == 0 for _, p in procs):
                 return
             time.sleep(0.2)

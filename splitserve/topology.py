@@ -12,8 +12,8 @@ eval prompt i is g = -(i + 1) and goes to trainer i mod R, before any training s
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
 
 
 @dataclass(frozen=True)
@@ -25,7 +25,10 @@ class Topology:
 
     def __post_init__(self) -> None:
         if self.num_targets < 1 or self.num_trainers < 1:
-            raise ValueError(f"need at least one target and one trainer process, got {self.num_targets} + {self.num_trainers}")
+            raise ValueError(
+                f"need at least one target and one trainer process, got {self.num_targets} + "
+                f"{self.num_trainers}"
+            )
 
     def sources(self, trainer: int) -> list[int]:
         """Target workers that feed `trainer`."""
@@ -43,7 +46,9 @@ class Topology:
             b = self.samples_per_trainer_step
             step, offset = divmod(g, self.num_trainers * b)
             trainer, j = divmod(offset, b)
-            j += step * b  # position in this trainer's own stream: its sources take turns across steps
+            j += (
+                step * b
+            )  # position in this trainer's own stream: its sources take turns across steps
         src = self.sources(trainer)
         return src[j % len(src)], trainer
 
@@ -51,7 +56,8 @@ class Topology:
         return [-(i + 1) for i in range(self.num_eval) if i % self.num_trainers == trainer]
 
     def trainer_samples(self, trainer: int, start_step: int, steps: int) -> Iterator[int]:
-        """The ids `trainer` consumes, in order: its eval samples, then steps start_step..steps-1."""
+        """The ids `trainer` consumes, in order: its eval samples, then steps
+        start_step..steps-1."""
         yield from self.eval_ids(trainer)
         b, r = self.samples_per_trainer_step, self.num_trainers
         for s in range(start_step, steps):

@@ -8,22 +8,39 @@ removed again; a directory holding an earlier run's checkpoints or metrics is ne
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
 import sys
+from dataclasses import fields
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import hydra
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from draft_models import DraftConfig
+
 from . import checkpoint as ckpt
 from .config import RunConfig, load_run_config
 from .data import load_prompts
-from .targets import check_tokenizer, load_target_spec, prepare_target_dir
+from .target.models import check_tokenizer, load_target_spec, prepare_target_dir
 from .topology import Topology
+
+
+def store_hydra_configs() -> None:
+    """The Hydra config-group options that live in code: every registered draft architecture's
+    defaults (`draft/<arch>_defaults`) and every recipe folder (`recipe/<name>`)."""
+    from draft_models.config import store_hydra_defaults
+    from recipes import store_recipes
+
+    store_hydra_defaults()
+    store_recipes()
+
+
+store_hydra_configs()
 
 
 def resolve_device(cfg: RunConfig) -> str:
@@ -38,7 +55,8 @@ def build_topology(cfg: RunConfig, device: str) -> Topology:
     if cfg.split.colocated:
         targets = trainers = 1
     elif device == "cuda":
-        # Unset counts: one trainer, every other GPU a target. Measured on H200s (docs/bench/splits.md)
+        # Unset counts: one trainer, every other GPU a target. Measured on H200s
+        # (docs/bench/splits.md)
         # one trainer GPU outpaces dozens of HF target GPUs, so targets are where GPUs pay off.
         n = torch.cuda.device_count()
         targets, trainers = cfg.split.target_procs, cfg.split.trainer_procs
@@ -47,21 +65,25 @@ def build_topology(cfg: RunConfig, device: str) -> Topology:
         targets = targets or max(1, n - trainers)
     else:
         targets, trainers = cfg.split.target_procs or 1, cfg.split.trainer_procs or 1
-    return Topology(targets, trainers, cfg.train.micro_batch * cfg.train.grad_accum, cfg.data.eval_prompts)
+    return Topology(
+        targets, trainers, cfg.train.micro_batch * cfg.train.grad_accum, cfg.data.eval_prompts
+    )
 
 
-def _check_resume(ckpt_dir: Path, draft_json: dict) -> None:
-    saved = json.loads((ckpt_dir / "draft" / "draft_config.json").read_text())
-    if saved != draft_json:
-        diff = sorted(k for k in set(saved) | set(draft_json) if saved.get(k) != draft_json.get(k))
-        raise ValueError(f"checkpoint {ckpt_dir} was trained with a different draft config (fields {diff}); "
-                         "use a new train.run_dir or train.resume=false")
+def _check_resume(ckpt_dir: Path, draft: DraftConfig) -> None:
+    saved = ckpt.read_draft_config(ckpt_dir)
+    if saved != draft:
+        diff = sorted(
+            f.name for f in fields(draft) if getattr(saved, f.name) != getattr(draft, f.name)
+        )
+        raise ValueError(
+            f"checkpoint {ckpt_dir} was trained with a different draft config (fields {diff}); "
+            "use a new train.run_dir or train.resume=false"
+        )
 
 
 def prepare(cfg: RunConfig, node: Any, run_dir: Path):
     """All checks and preparation before any worker starts; returns the RunContext."""
-    from dataclasses import asdict
-
     from .workers import RunContext
 
     device = resolve_device(cfg)
@@ -73,17 +95,32 @@ def prepare(cfg: RunConfig, node: Any, run_dir: Path):
     topology = build_topology(cfg, device)
     resume_from, start = None, 0
     if cfg.train.resume:
-        found = ckpt.latest_good(run_dir)
+        found = ckpt.latest_good(run_dir, resumable=True)
         if found is not None:
-            _check_resume(found, json.loads(json.dumps(asdict(draft))))
+            _check_resume(found, draft)
             resume_from, start = str(found), ckpt.step_of(found)
+            print(f"resuming from {found} (step {start} of {cfg.train.steps})", file=sys.stderr)
     if start >= cfg.train.steps:
         print(f"run already complete at step {start} (train.steps={cfg.train.steps})")
-    link = "nccl" if device == "cuda" and topology.num_targets + topology.num_trainers <= torch.cuda.device_count() else "gloo"
+    link = (
+        "nccl"
+        if device == "cuda"
+        and topology.num_targets + topology.num_trainers <= torch.cuda.device_count()
+        else "gloo"
+    )
     return RunContext(
-        cfg=cfg, config_yaml=OmegaConf.to_yaml(node, resolve=True), run_dir=str(run_dir), model_dir=str(model_dir),
-        topology=topology, train_prompts=prompts.train, eval_prompts=prompts.eval, start_step=start,
-        resume_from=resume_from, device=device, link_backend=link, target_layer_ids=draft.target_layer_ids,
+        cfg=cfg,
+        config_yaml=OmegaConf.to_yaml(node, resolve=True),
+        run_dir=str(run_dir),
+        model_dir=str(model_dir),
+        topology=topology,
+        train_prompts=prompts.train,
+        eval_prompts=prompts.eval,
+        start_step=start,
+        resume_from=resume_from,
+        device=device,
+        link_backend=link,
+        target_layer_ids=draft.target_layer_ids,
     )
 
 
@@ -96,15 +133,18 @@ def _discard_if_fresh(run_dir: Path) -> None:
         shutil.rmtree(run_dir, ignore_errors=True)
 
 
-def wait_fraction(worker_stats: list[dict], key: str) -> Optional[float]:
-    """Share of the workers' wall time spent in `key` (data wait, credit wait); None if no worker."""
+def wait_fraction(worker_stats: list[dict], key: str) -> float | None:
+    """Share of the workers' wall time spent in `key` (data wait, credit wait); None if no
+    worker."""
     if not worker_stats:
         return None
     return sum(s[key] for s in worker_stats) / max(sum(s["wall_s"] for s in worker_stats), 1e-9)
 
 
 def summarize(run_dir: Path) -> dict:
-    lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    lines = [
+        json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()
+    ]
     steps = [x for x in lines if "event" not in x]
     stats = {p.stem: json.loads(p.read_text()) for p in sorted((run_dir / "stats").glob("*.json"))}
     last = steps[-1] if steps else {}
@@ -112,18 +152,23 @@ def summarize(run_dir: Path) -> dict:
     trainers = [v for k, v in stats.items() if k.startswith("trainer")]
     targets = [v for k, v in stats.items() if k.startswith("target")]
     out = {
-        "run_dir": str(run_dir), "steps": last.get("step"), "first_loss": first.get("loss"),
-        "last_loss": last.get("loss"), "sim_tau": last.get("sim_tau"), "eval_sim_tau": last.get("eval_sim_tau"),
-        "eval_loss": last.get("eval_loss"), "eval_real_tau": last.get("eval_real_tau"),
+        "run_dir": str(run_dir),
+        "steps": last.get("step"),
+        "first_loss": first.get("loss"),
+        "last_loss": last.get("loss"),
+        "sim_tau": last.get("sim_tau"),
+        "eval_sim_tau": last.get("eval_sim_tau"),
+        "eval_loss": last.get("eval_loss"),
+        "eval_real_tau": last.get("eval_real_tau"),
         "trainer_data_wait_frac": wait_fraction(trainers, "wait_s"),
         "target_credit_wait_frac": wait_fraction(targets, "credit_wait_s"),
     }
-    checkpoints = sorted(ckpt.checkpoint_root(run_dir).glob("step-*"))
+    checkpoints = ckpt.complete_checkpoints(run_dir)
     out["checkpoint"] = str(checkpoints[-1]) if checkpoints else None
     return out
 
 
-def run(node: Any, run_dir: Optional[Path] = None) -> dict:
+def run(node: Any, run_dir: Path | None = None) -> dict:
     """Validate, prepare, train; returns the summary. `node`: the Hydra config (or a dict)."""
     from .launch import launch
 
@@ -160,10 +205,14 @@ def run_as_torchrun_rank(ctx) -> dict:
     t = ctx.topology
     expected = 1 if ctx.cfg.split.colocated else t.num_targets + t.num_trainers
     if world != expected:
-        raise ValueError(f"torchrun started {world} processes but split asks for {expected} "
-                         f"({t.num_targets} target + {t.num_trainers} trainer)")
+        raise ValueError(
+            f"torchrun started {world} processes but split asks for {expected} "
+            f"({t.num_targets} target + {t.num_trainers} trainer)"
+        )
     if not ctx.cfg.train.run_dir:
-        raise ValueError("under torchrun set train.run_dir, so every process writes to the same run directory")
+        raise ValueError(
+            "under torchrun set train.run_dir, so every process writes to the same run directory"
+        )
     base = int(os.environ["MASTER_PORT"])
     ctx.store_port, ctx.trainer_port = base + 1, base + 2
     if ctx.start_step >= ctx.cfg.train.steps:
@@ -174,7 +223,11 @@ def run_as_torchrun_rank(ctx) -> dict:
         target_main(rank, ctx)
     else:
         trainer_main(rank - t.num_targets, ctx)
-    return {"rank": rank, "role": "target" if rank < t.num_targets else "trainer", "run_dir": ctx.run_dir}
+    return {
+        "rank": rank,
+        "role": "target" if rank < t.num_targets else "trainer",
+        "run_dir": ctx.run_dir,
+    }
 
 
 @hydra.main(config_path="../conf", config_name="config", version_base="1.3")
@@ -191,5 +244,50 @@ def main(node: DictConfig) -> None:
     print(json.dumps(summary, indent=1))
 
 
-if __name__ == "__main__":
+def unknown_override(args: list[str]) -> str | None:
+    """The project's message for a command-line override `a.b=v` whose key the run config does
+    not have, before Hydra answers it (Hydra's first answer, "use +a.b=v to append", leads to a
+    second error on the typed config). Appends (+), deletions (~), hydra.* and group selections
+    (draft=dflash) are Hydra's to judge."""
+    import difflib
+    import typing
+
+    for arg in args:
+        key = arg.split("=", 1)[0]
+        if (
+            arg.startswith(("-", "+", "~"))
+            or "=" not in arg
+            or key.startswith("hydra")
+            or "/" in key
+        ):
+            continue
+        node, path = RunConfig, []
+        for part in key.split("."):
+            hints = typing.get_type_hints(node)
+            if part not in hints:
+                where = ".".join(path) or "the top level"
+                near = difflib.get_close_matches(part, list(hints), n=3, cutoff=0.5)
+                hint = (
+                    f"; did you mean {', '.join('.'.join([*path, n]) for n in near)}?"
+                    if near
+                    else ""
+                )
+                return f"unknown config key {key}{hint} (keys at {where}: {', '.join(hints)})"
+            path.append(part)
+            node = hints[part]
+            if not dataclasses.is_dataclass(node):
+                break  # a value, list or dict: whatever lies below is the value's business
+    return None
+
+
+def cli() -> None:
+    """`python -m splitserve.train`: the project's own check of the overrides, then Hydra."""
+    problem = unknown_override(sys.argv[1:])
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        sys.exit(2)
     main()
+
+
+if __name__ == "__main__":
+    cli()

@@ -9,14 +9,24 @@ the trainer group and steps the optimizer and the LR schedule.
 from __future__ import annotations
 
 import math
+import os
 import random
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import torch
+import torch.distributed as dist
 
-from draft_models import DraftConfig, FrozenTargetHead, SequenceSample, TargetSpec, build_draft
-from draft_models import distillation_loss, pack_sequences
+from draft_models import (
+    DraftConfig,
+    FrozenTargetHead,
+    SequenceSample,
+    TargetSpec,
+    build_draft,
+    get_arch,
+    pack_sequences,
+)
+from draft_models.losses import label_weight_total
 from draft_models.packing import anchor_candidates
 
 from .config import TrainConfig
@@ -45,8 +55,13 @@ def deepspeed_config(cfg: TrainConfig, dp_world: int, on_gpu: bool) -> dict:
         "optimizer": {
             "type": "AdamW",
             # torch's AdamW on CPU; DeepSpeed's fused Adam on GPU
-            "params": {"lr": cfg.lr, "betas": [0.9, 0.95], "eps": 1e-8, "weight_decay": cfg.weight_decay,
-                       "torch_adam": not on_gpu},
+            "params": {
+                "lr": cfg.lr,
+                "betas": [0.9, 0.95],
+                "eps": 1e-8,
+                "weight_decay": cfg.weight_decay,
+                "torch_adam": not on_gpu,
+            },
         },
         "checkpoint": {"tag_validation": "Ignore"},
         "steps_per_print": 1 << 30,
@@ -61,13 +76,27 @@ def seed_everything(seed: int) -> None:
 
 
 class DraftTrainer:
-    def __init__(self, draft_cfg: DraftConfig, target: TargetSpec, head: FrozenTargetHead, cfg: TrainConfig, *,
-                 device: torch.device, dp_world: int, mpu=None) -> None:
+    def __init__(
+        self,
+        draft_cfg: DraftConfig,
+        target: TargetSpec,
+        head: FrozenTargetHead,
+        cfg: TrainConfig,
+        *,
+        device: torch.device,
+        dp_world: int,
+        mpu=None,
+    ) -> None:
+        if device.type == "cpu":  # say so instead of letting DeepSpeed warn that it found no GPU
+            os.environ.setdefault("DS_ACCELERATOR", "cpu")
         import deepspeed
 
         if cfg.zero_stage == 3:
-            raise ValueError("train.zero_stage=3 is not supported: the chunked loss reads markov_w2 directly; use 0-2")
-        self.cfg, self.device, self.target_spec = cfg, device, target
+            raise ValueError(
+                "train.zero_stage=3 is not supported: the chunked loss reads markov_w2 directly; "
+                "use 0-2"
+            )
+        self.cfg, self.device, self.target_spec, self.dp_world = cfg, device, target, dp_world
         seed_everything(cfg.seed)
         draft = build_draft(draft_cfg, target, head)
         self.draft_cfg = draft.cfg
@@ -80,7 +109,9 @@ class DraftTrainer:
             dist_init_required=False,
         )
         # DeepSpeed moved/cast the module; the frozen head follows it (it is not a parameter).
-        self.engine.module.target_head = head.to(device=device, dtype=next(self.engine.module.parameters()).dtype)
+        self.engine.module.target_head = head.to(
+            device=device, dtype=next(self.engine.module.parameters()).dtype
+        )
         self.step = 0
 
     @property
@@ -92,23 +123,48 @@ class DraftTrainer:
         part in the data-parallel gradient exchange, with zero gradients."""
         return sum(p.sum() for p in self.draft.parameters()) * 0.0
 
-    def _loss(self, samples: Sequence[SequenceSample], sample_ids: Sequence[int]):
-        """(LossResult, PackedBatch), or (None, None) when no sample has a token to predict."""
+    def _pack(self, samples: Sequence[SequenceSample], sample_ids: Sequence[int]):
+        """The packed batch of `samples` on this device; None when none has a token to predict."""
         keep = [i for i, s in enumerate(samples) if anchor_candidates(s.loss_mask).numel() > 0]
         if not keep:
-            return None, None
-        samples, sample_ids = [samples[i] for i in keep], [sample_ids[i] for i in keep]
+            return None
         c = self.draft_cfg
-        batch = pack_sequences(samples, num_anchors=self.cfg.num_anchors, block_size=c.block_size,
-                               num_slots=c.num_slots, mask_token_id=c.mask_token_id, seed=self.cfg.seed,
-                               sample_ids=sample_ids)
-        batch = batch.to(self.device, dtype=next(self.draft.parameters()).dtype)
+        batch = pack_sequences(
+            [samples[i] for i in keep],
+            num_anchors=self.cfg.num_anchors,
+            block_size=c.block_size,
+            num_slots=c.num_slots,
+            mask_token_id=c.mask_token_id,
+            seed=self.cfg.seed,
+            sample_ids=[sample_ids[i] for i in keep],
+        )
+        return batch.to(self.device, dtype=next(self.draft.parameters()).dtype)
+
+    def _global_weight_total(self, batch) -> torch.Tensor:
+        """The loss denominator summed over every trainer rank (each rank calls this once per
+        micro-batch, with or without a batch): every supervised token then weighs the same
+        whatever rank it lands on, as in DeepSpec."""
+        decay = self.draft_cfg.loss.position_decay
+        local = 0.0 if batch is None else label_weight_total(batch, decay)
+        total = torch.as_tensor(local, dtype=torch.float32, device=self.device).reshape(1)
+        if self.dp_world > 1:
+            dist.all_reduce(total)
+        return total[0]
+
+    def _loss(self, batch, weight_total=None):
+        """LossResult of a packed batch; with `weight_total`, normalised over all ranks."""
         out = self.engine(batch)
-        w2 = self.draft.markov_head.markov_w2.weight if self.draft.sequential_head is not None else None
-        return distillation_loss(out, batch, self.draft.target_head, c.loss, w2), batch
+        norm = (
+            {} if weight_total is None else {"weight_total": weight_total, "scale": self.dp_world}
+        )
+        return get_arch(self.draft_cfg.arch).loss(self.draft, out, batch, **norm)
 
     def train_step(self, samples: Sequence[SequenceSample], sample_ids: Sequence[int]) -> dict:
-        """One optimizer step over B samples; returns this rank's metrics."""
+        """One optimizer step over B samples; returns this rank's metrics. Each micro-batch's
+        loss is its weighted sum over the weight total of that micro-batch on all ranks, times
+        the number of ranks (DeepSpeed then averages the ranks' gradients and divides by the
+        accumulation steps): the loss and gradients of R ranks with micro-batch B equal those of
+        one rank with micro-batch R x B."""
         b = self.cfg.micro_batch
         if len(samples) != b * self.cfg.grad_accum:
             raise ValueError(f"a step takes {b * self.cfg.grad_accum} samples, got {len(samples)}")
@@ -119,18 +175,20 @@ class DraftTrainer:
         count, c_star_sum, top1_sum = (torch.zeros(gamma, dtype=torch.float64) for _ in range(3))
         taus = []
         for i in range(0, len(samples), b):
-            res, batch = self._loss(samples[i:i + b], sample_ids[i:i + b])
-            if res is None:
+            batch = self._pack(samples[i : i + b], sample_ids[i : i + b])
+            weight_total = self._global_weight_total(batch)
+            if batch is None or not batch.label_mask.any():
                 empty += 1
                 self.engine.backward(self._zero_loss())
                 self.engine.step()
                 continue
+            res = self._loss(batch, weight_total)
             self.engine.backward(res.loss)
             self.engine.step()
             totals["loss"] += res.loss.item() / self.cfg.grad_accum
             for k in ("ce", "distill", "conf"):
                 totals[k] += res.parts[k] / self.cfg.grad_accum
-            tokens += sum(int(s.input_ids.numel()) for s in samples[i:i + b])
+            tokens += sum(int(s.input_ids.numel()) for s in samples[i : i + b])
             blocks += batch.num_blocks
             w = torch.tensor(res.count, dtype=torch.float64)
             count += w
@@ -140,26 +198,41 @@ class DraftTrainer:
                 taus.append(res.sim_tau)
         self.step += 1
         denom = count.clamp(min=1)
-        return {**totals, "lr": lr, "tokens": tokens, "blocks": blocks, "empty_micro_batches": empty,
-                "c_star": (c_star_sum / denom).tolist(), "top1": (top1_sum / denom).tolist(),
-                "sim_tau": sum(taus) / len(taus) if taus else float("nan")}
+        return {
+            **totals,
+            "lr": lr,
+            "tokens": tokens,
+            "blocks": blocks,
+            "empty_micro_batches": empty,
+            "c_star": (c_star_sum / denom).tolist(),
+            "top1": (top1_sum / denom).tolist(),
+            "sim_tau": sum(taus) / len(taus) if taus else float("nan"),
+        }
 
     @torch.no_grad()
-    def evaluate(self, samples: Sequence[SequenceSample], sample_ids: Sequence[int]) -> Optional[dict]:
-        if not samples:
+    def evaluate(self, samples: Sequence[SequenceSample], sample_ids: Sequence[int]) -> dict | None:
+        """This rank's own weighted means on held-out samples (the workers average the ranks)."""
+        batch = self._pack(samples, sample_ids)
+        if batch is None:
             return None
         self.engine.eval()
         try:
-            res, _ = self._loss(samples, sample_ids)
+            res = self._loss(batch)
         finally:
             self.engine.train()
-        if res is None:
-            return None
-        return {"eval_loss": res.loss.item(), "eval_sim_tau": res.sim_tau, "eval_c_star": res.c_star,
-                "eval_top1": res.top1}
+        return {
+            "eval_loss": res.loss.item(),
+            "eval_sim_tau": res.sim_tau,
+            "eval_c_star": res.c_star,
+            "eval_top1": res.top1,
+        }
 
     def rng_state(self) -> dict:
-        return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+        return {
+            "python": random.getstate(),
+            "numpy": np.random.get_state(),
+            "torch": torch.get_rng_state(),
+        }
 
     def set_rng_state(self, state: dict) -> None:
         random.setstate(state["python"])

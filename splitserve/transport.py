@@ -16,8 +16,8 @@ import queue
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Callable, Iterable, Optional
 
 import torch
 
@@ -41,17 +41,30 @@ class Link:
     device: torch.device
 
 
-def send_sample(pg, dst: int, sample_id: int, s: SequenceSample, stats: tuple[float, float], device) -> list:
+def send_sample(
+    pg, dst: int, sample_id: int, s: SequenceSample, stats: tuple[float, float], device
+) -> list:
     """`pg`, `device`: the data group and where its backend wants tensors (CPU for gloo, the GPU for
     NCCL). gloo sends complete before this returns. NCCL sends are only enqueued: the returned
     works (which keep their tensors alive) complete once the trainer posts its receives; waiting
     here would make the target's compute stream wait for the trainer, hiding back-pressure inside
     the target's busy time. Credits bound how many can be outstanding."""
     length, width = s.aux_hidden.shape
-    header = torch.tensor([sample_id, length, width, s.final_hidden.shape[1], DTYPES.index(s.aux_hidden.dtype)],
-                          dtype=torch.long)
-    pieces = [t.to(device) for t in (header, torch.tensor(stats, dtype=torch.float64), s.input_ids.long(),
-                                     s.loss_mask.to(torch.uint8), s.aux_hidden.contiguous(), s.final_hidden.contiguous())]
+    header = torch.tensor(
+        [sample_id, length, width, s.final_hidden.shape[1], DTYPES.index(s.aux_hidden.dtype)],
+        dtype=torch.long,
+    )
+    pieces = [
+        t.to(device)
+        for t in (
+            header,
+            torch.tensor(stats, dtype=torch.float64),
+            s.input_ids.long(),
+            s.loss_mask.to(torch.uint8),
+            s.aux_hidden.contiguous(),
+            s.final_hidden.contiguous(),
+        )
+    ]
     if device.type == "cuda":
         return [pg.send([t], dst, DATA) for t in pieces]
     for t in pieces:
@@ -103,7 +116,7 @@ class SampleReceiver:
     def __init__(self, link: Link, plan: list[tuple[int, int]], window: int) -> None:
         self.link, self.plan, self.window = link, plan, window
         self.queue: queue.Queue = queue.Queue(maxsize=window)
-        self.error: Optional[BaseException] = None
+        self.error: BaseException | None = None
         self.target_stats: dict[int, tuple[float, float]] = {}
         self._thread = threading.Thread(target=self._run, name="sample-receiver", daemon=True)
         self._thread.start()
@@ -134,7 +147,9 @@ class SampleReceiver:
         for expected_id, src in self.plan:
             sample_id, sample, stats = recv_sample(self.link.data, src, self.link.device)
             if sample_id != expected_id:
-                raise RuntimeError(f"route from link rank {src}: expected sample {expected_id}, got {sample_id}")
+                raise RuntimeError(
+                    f"route from link rank {src}: expected sample {expected_id}, got {sample_id}"
+                )
             self.target_stats[src] = stats
             self.queue.put((sample_id, sample))
             if granted[src] < len(per_src[src]):
@@ -156,19 +171,28 @@ class SampleReceiver:
         return item
 
 
-def serve_samples(link: Link, sample_ids: Iterable[int], route: Callable[[int], int], produce: Callable[[int], SequenceSample],
-                  on_sent: Optional[Callable[[int, SequenceSample], None]] = None) -> dict:
+def serve_samples(
+    link: Link,
+    sample_ids: Iterable[int],
+    route: Callable[[int], int],
+    produce: Callable[[int], SequenceSample],
+    on_sent: Callable[[int, SequenceSample], None] | None = None,
+) -> dict:
     """A target worker's loop: produce each sample, wait for a credit from its trainer, send.
     busy = producing (synchronised on a GPU, so it is the GPU's time too), credit wait = idle."""
     busy = wait = send = 0.0
     tokens = 0
     sent: list[int] = []
-    produce_s: list[float] = []  # per sample; a batched producer charges a whole batch to its first sample
+    produce_s: list[
+        float
+    ] = []  # per sample; a batched producer charges a whole batch to its first sample
     pending: list = []  # NCCL sends not yet matched by the trainer's receives
     for g in sample_ids:
         t0 = time.perf_counter()
         sample = produce(g)
-        if sample.aux_hidden.is_cuda:  # the compute stream only: the NCCL sends in flight are the trainer's pace
+        if (
+            sample.aux_hidden.is_cuda
+        ):  # the compute stream only: the NCCL sends in flight are the trainer's pace
             torch.cuda.current_stream(sample.aux_hidden.device).synchronize()
         t1 = time.perf_counter()
         dst = route(g)
@@ -190,5 +214,12 @@ def serve_samples(link: Link, sample_ids: Iterable[int], route: Callable[[int], 
     if link.device.type == "cuda":
         torch.cuda.current_stream(link.device).synchronize()
     send += time.perf_counter() - t3
-    return {"samples": len(sent), "tokens": tokens, "busy_s": busy, "credit_wait_s": wait, "send_s": send,
-            "sample_ids": sent, "produce_s": produce_s}
+    return {
+        "samples": len(sent),
+        "tokens": tokens,
+        "busy_s": busy,
+        "credit_wait_s": wait,
+        "send_s": send,
+        "sample_ids": sent,
+        "produce_s": produce_s,
+    }

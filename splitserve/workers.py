@@ -14,18 +14,17 @@ import json
 import math
 import os
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
 
 import torch
 import torch.distributed as dist
 
 from . import checkpoint as ckpt
-from .config import RunConfig
+from .config import RunConfig, import_plugins
 from .data import Conversation, PromptStream
-from .decode_probe import DecodeProbe
-from .targets import HFTarget, load_frozen_head, load_target_spec
+from .target.backends import TargetBackend, TargetSetup, make_backend
+from .target.models import load_frozen_head, load_target_spec
 from .topology import Topology
 from .trainer import DraftTrainer
 from .transport import Link, SampleReceiver, serve_samples
@@ -45,7 +44,7 @@ class RunContext:
     train_prompts: list[Conversation]
     eval_prompts: list[Conversation]
     start_step: int = 0
-    resume_from: Optional[str] = None
+    resume_from: str | None = None
     device: str = "cpu"
     link_backend: str = "gloo"
     store_port: int = 0
@@ -76,8 +75,11 @@ def _device(ctx: RunContext, role: str, index: int) -> torch.device:
     return torch.device("cuda", gpu_of(ctx, role, index))
 
 
-def _setup_threads(ctx: RunContext) -> None:
+def _setup_process(ctx: RunContext) -> None:
+    """What every worker process does first: its CPU threads, and the plugins (a spawned process
+    starts with none of the parent's registrations)."""
     torch.set_num_threads(ctx.cfg.train.threads_per_proc)
+    import_plugins(ctx.cfg.plugins)
 
 
 def _link(ctx: RunContext, link_rank: int, device: torch.device) -> Link:
@@ -85,22 +87,38 @@ def _link(ctx: RunContext, link_rank: int, device: torch.device) -> Link:
     a gloo credit group, both over one TCPStore (see `transport.Link` for why two)."""
     t = ctx.topology
     size = t.num_targets + t.num_trainers
-    store = dist.TCPStore("127.0.0.1", ctx.store_port, size, is_master=link_rank == 0, timeout=TIMEOUT)
-    credits = dist.ProcessGroupGloo(dist.PrefixStore("splitserve-credits", store), link_rank, size, TIMEOUT)
+    store = dist.TCPStore(
+        "127.0.0.1", ctx.store_port, size, is_master=link_rank == 0, timeout=TIMEOUT
+    )
+    credits = dist.ProcessGroupGloo(
+        dist.PrefixStore("splitserve-credits", store), link_rank, size, TIMEOUT
+    )
     data_store = dist.PrefixStore("splitserve-link", store)
     if ctx.link_backend == "nccl":
         torch.cuda.set_device(device)
-        return Link(dist.ProcessGroupNCCL(data_store, link_rank, size, dist.ProcessGroupNCCL.Options()), credits, device)
-    return Link(dist.ProcessGroupGloo(data_store, link_rank, size, TIMEOUT), credits, torch.device("cpu"))
+        return Link(
+            dist.ProcessGroupNCCL(data_store, link_rank, size, dist.ProcessGroupNCCL.Options()),
+            credits,
+            device,
+        )
+    return Link(
+        dist.ProcessGroupGloo(data_store, link_rank, size, TIMEOUT), credits, torch.device("cpu")
+    )
 
 
-def make_target(ctx: RunContext, device: torch.device, draft_layer_ids: list[int]):
-    if ctx.cfg.target.backend == "sglang":
-        from .sglang_target import SGLangTarget  # unverified: needs the SGLang runtime on GPU
-
-        return SGLangTarget(Path(ctx.model_dir), ctx.cfg, draft_layer_ids, device=device)
-    return HFTarget(Path(ctx.model_dir), ctx.cfg.target, draft_layer_ids, device=device, seed=ctx.cfg.train.seed,
-                    max_length=ctx.cfg.data.max_length, max_prompt_tokens=ctx.cfg.data.max_prompt_tokens)
+def make_target(ctx: RunContext, device: torch.device, draft_layer_ids: list[int]) -> TargetBackend:
+    """The configured target backend (`target.backend`, from the registry) for this worker."""
+    return make_backend(
+        TargetSetup(
+            model_dir=Path(ctx.model_dir),
+            cfg=ctx.cfg.target,
+            layer_ids=list(draft_layer_ids),
+            device=device,
+            seed=ctx.cfg.train.seed,
+            max_length=ctx.cfg.data.max_length,
+            max_prompt_tokens=ctx.cfg.data.max_prompt_tokens,
+        )
+    )
 
 
 def _write_json(path: Path, data: dict) -> None:
@@ -124,24 +142,32 @@ class BatchedProducer:
     def __call__(self, g: int):
         if g not in self.ready:
             k = self.position[g] // self.size
-            members = self.order[k * self.size:(k + 1) * self.size]
-            self.ready.update((m, s) for m, s in zip(members, self.produce_batch(members)) if m in self.needed)
+            members = self.order[k * self.size : (k + 1) * self.size]
+            self.ready.update(
+                (m, s)
+                for m, s in zip(members, self.produce_batch(members), strict=True)
+                if m in self.needed
+            )
         return self.ready.pop(g)
 
 
 def target_main(index: int, ctx: RunContext) -> None:
     """Target worker `index`: produce its samples in order and send them against credits."""
-    _setup_threads(ctx)
+    _setup_process(ctx)
     device = _device(ctx, "target", index)
     link = _link(ctx, index, device)
     target = make_target(ctx, device, ctx.target_layer_ids)
     t = ctx.topology
     ids = list(t.target_samples(index, ctx.start_step, ctx.cfg.train.steps))
     produce = lambda g: target.produce(g, ctx.conversation(g))  # noqa: E731
-    if ctx.cfg.target.generate_batch > 1 and hasattr(target, "produce_batch"):
+    if ctx.cfg.target.generate_batch > 1:
         everything = list(t.target_samples(index, 0, ctx.cfg.train.steps))
-        produce = BatchedProducer(lambda gs: target.produce_batch(gs, [ctx.conversation(g) for g in gs]),
-                                  everything, set(ids), ctx.cfg.target.generate_batch)
+        produce = BatchedProducer(
+            lambda gs: target.produce_batch(gs, [ctx.conversation(g) for g in gs]),
+            everything,
+            set(ids),
+            ctx.cfg.target.generate_batch,
+        )
     start = time.perf_counter()
     stats = serve_samples(link, ids, lambda g: t.num_targets + t.route(g)[1], produce)
     stats["wall_s"] = time.perf_counter() - start
@@ -175,10 +201,16 @@ class _MPU:
 
 def _init_trainer_world(ctx: RunContext, rank: int, device: torch.device) -> _MPU:
     t = ctx.topology
-    # DeepSpeed places the engine on cuda:LOCAL_RANK, so LOCAL_RANK is this trainer's GPU (after the targets')
+    # DeepSpeed places the engine on cuda:LOCAL_RANK, so LOCAL_RANK is this trainer's GPU (after
+    # the targets')
     local = device.index if device.type == "cuda" else rank
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(ctx.trainer_port), RANK=str(rank),
-                      WORLD_SIZE=str(t.num_trainers), LOCAL_RANK=str(local))
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(ctx.trainer_port),
+        RANK=str(rank),
+        WORLD_SIZE=str(t.num_trainers),
+        LOCAL_RANK=str(local),
+    )
     if device.type == "cuda":
         torch.cuda.set_device(device)
     # Under torchrun the agent's store would be used for env:// rendezvous; the trainer world is
@@ -214,28 +246,42 @@ class StepLog:
         if ctx.cfg.log.wandb_mode != "disabled":
             import wandb
 
-            self.wandb = wandb.init(project=ctx.cfg.log.wandb_project, mode=ctx.cfg.log.wandb_mode,
-                                    dir=ctx.run_dir, config={"yaml": ctx.config_yaml}, resume="allow",
-                                    id=Path(ctx.run_dir).name.replace("/", "_")[:64])
+            self.wandb = wandb.init(
+                project=ctx.cfg.log.wandb_project,
+                mode=ctx.cfg.log.wandb_mode,
+                dir=ctx.run_dir,
+                config={"yaml": ctx.config_yaml},
+                resume="allow",
+                id=Path(ctx.run_dir).name.replace("/", "_")[:64],
+            )
         if start:
             self.write({"event": "resumed", "step": start})
         self.bar = None
         if ctx.cfg.log.progress:
             from tqdm import tqdm
 
-            self.bar = tqdm(total=total, initial=start, desc="train", unit="step", dynamic_ncols=True)
+            self.bar = tqdm(
+                total=total, initial=start, desc="train", unit="step", dynamic_ncols=True
+            )
 
     def write(self, record: dict) -> None:
         self.file.write(json.dumps(_strict_json(record)) + "\n")
         self.file.flush()
         if self.wandb is not None and "step" in record and "event" not in record:
-            self.wandb.log({k: v for k, v in record.items() if isinstance(v, (int, float))}, step=record["step"])
+            self.wandb.log(
+                {k: v for k, v in record.items() if isinstance(v, (int, float))},
+                step=record["step"],
+            )
 
     def progress(self, record: dict) -> None:
         if self.bar is not None:
             self.bar.update(1)
-            self.bar.set_postfix(loss=f"{record['loss']:.3f}", tok_s=f"{record['tokens_per_s']:.0f}",
-                                 wait=f"{record['data_wait_frac']:.0%}", tgt=f"{record['target_util']:.0%}")
+            self.bar.set_postfix(
+                loss=f"{record['loss']:.3f}",
+                tok_s=f"{record['tokens_per_s']:.0f}",
+                wait=f"{record['data_wait_frac']:.0%}",
+                tgt=f"{record['target_util']:.0%}",
+            )
 
     def close(self) -> None:
         if self.bar is not None:
@@ -246,25 +292,28 @@ class StepLog:
 
 
 def _save_checkpoint(trainer: DraftTrainer, ctx: RunContext, step: int, rank: int) -> None:
-    from safetensors.torch import save_file
-
     run_dir = Path(ctx.run_dir)
     staging = ckpt.staging_dir(run_dir, step)
     if rank == 0:
         staging.mkdir(parents=True, exist_ok=True)
     dist.barrier()
-    trainer.engine.save_checkpoint(str(staging), tag=ckpt.ENGINE_TAG, client_state={
-        "step": step, "rng": trainer.rng_state()}, save_latest=False)
+    trainer.engine.save_checkpoint(
+        str(staging),
+        tag=ckpt.ENGINE_TAG,
+        client_state={"step": step, "rng": trainer.rng_state()},
+        save_latest=False,
+    )
     dist.barrier()
     if rank == 0:
-        draft_dir = staging / "draft"
-        draft_dir.mkdir(exist_ok=True)
-        state = {k: v.detach().float().cpu().contiguous() for k, v in trainer.draft.state_dict().items()}
-        save_file(state, str(draft_dir / "model.safetensors"))
-        (draft_dir / "draft_config.json").write_text(json.dumps(asdict(trainer.draft_cfg), indent=1))
-        (staging / "config.yaml").write_text(ctx.config_yaml)
-        (staging / "meta.json").write_text(json.dumps({"step": step, "model_dir": ctx.model_dir,
-                                                       "target": asdict(trainer.target_spec)}))
+        ckpt.write_draft_files(
+            staging,
+            state_dict=trainer.draft.state_dict(),
+            draft_cfg=trainer.draft_cfg,
+            target=trainer.target_spec,
+            model_dir=ctx.model_dir,
+            config_yaml=ctx.config_yaml,
+            step=step,
+        )
         ckpt.seal(staging, ckpt.final_dir(run_dir, step))
         ckpt.prune(run_dir, ctx.cfg.train.keep_checkpoints)
     dist.barrier()
@@ -289,19 +338,34 @@ def _allreduce_mean(values: list[float]) -> list[float]:
     return (both[0] / both[1]).tolist()  # 0/0 -> nan
 
 
-def train_loop(trainer: DraftTrainer, ctx: RunContext, rank: int, next_sample, target_util=lambda: float("nan")):
-    """Steps start_step..steps-1; `next_sample()` -> (sample_id, SequenceSample) in consumption order."""
+def train_loop(
+    trainer: DraftTrainer, ctx: RunContext, rank: int, next_sample, target_util=lambda: float("nan")
+):
+    """Steps start_step..steps-1; `next_sample()` -> (sample_id, SequenceSample) in consumption
+    order."""
     cfg = ctx.cfg.train
     t = ctx.topology
     eval_set = [next_sample() for _ in t.eval_ids(rank)]
     log = StepLog(ctx, cfg.steps, ctx.start_step) if rank == 0 else None
     probe = None
     if rank == 0 and cfg.decode_eval_prompts:
-        probe = DecodeProbe(ctx.model_dir, ctx.eval_prompts[: cfg.decode_eval_prompts], cfg.decode_eval_tokens,
-                            trainer.device)
+        from hydra.utils import get_class
+
+        # named in the config, not imported: the default lives in serving, above this layer
+        probe = get_class(cfg.decode_eval_probe)(
+            ctx.model_dir,
+            ctx.eval_prompts[: cfg.decode_eval_prompts],
+            cfg.decode_eval_tokens,
+            trainer.device,
+        )
     b = cfg.micro_batch * cfg.grad_accum
-    totals = {"wait_s": 0.0, "compute_s": 0.0, "samples": 0, "tokens": 0,
-              "sample_ids": [g for g, _ in eval_set]}
+    totals = {
+        "wait_s": 0.0,
+        "compute_s": 0.0,
+        "samples": 0,
+        "tokens": 0,
+        "sample_ids": [g for g, _ in eval_set],
+    }
     try:
         for step in range(ctx.start_step, cfg.steps):
             t0 = time.perf_counter()
@@ -317,19 +381,41 @@ def train_loop(trainer: DraftTrainer, ctx: RunContext, rank: int, next_sample, t
             totals["sample_ids"] += ids
             totals["tokens"] += metrics["tokens"]
             loss, ce, distill, conf, tau = _allreduce_mean(
-                [metrics["loss"], metrics["ce"], metrics["distill"], metrics["conf"], metrics["sim_tau"]])
+                [
+                    metrics["loss"],
+                    metrics["ce"],
+                    metrics["distill"],
+                    metrics["conf"],
+                    metrics["sim_tau"],
+                ]
+            )
             done = step + 1
-            record = {"step": done, "loss": loss, "ce": ce, "distill": distill, "conf": conf, "sim_tau": tau,
-                      "lr": metrics["lr"], "samples": b * t.num_trainers, "tokens_rank0": metrics["tokens"],
-                      "empty_micro_batches_rank0": metrics["empty_micro_batches"],
-                      "c_star_rank0": metrics["c_star"], "top1_rank0": metrics["top1"],
-                      "step_s": t2 - t0, "data_wait_frac": (t1 - t0) / max(t2 - t0, 1e-9),
-                      "tokens_per_s": metrics["tokens"] * t.num_trainers / max(t2 - t0, 1e-9),
-                      "target_util": target_util()}
+            record = {
+                "step": done,
+                "loss": loss,
+                "ce": ce,
+                "distill": distill,
+                "conf": conf,
+                "sim_tau": tau,
+                "lr": metrics["lr"],
+                "samples": b * t.num_trainers,
+                "tokens_rank0": metrics["tokens"],
+                "empty_micro_batches_rank0": metrics["empty_micro_batches"],
+                "c_star_rank0": metrics["c_star"],
+                "top1_rank0": metrics["top1"],
+                "step_s": t2 - t0,
+                "data_wait_frac": (t1 - t0) / max(t2 - t0, 1e-9),
+                "tokens_per_s": metrics["tokens"] * t.num_trainers / max(t2 - t0, 1e-9),
+                "target_util": target_util(),
+            }
             want_eval = (cfg.eval_every and done % cfg.eval_every == 0) or done == cfg.steps
             if want_eval and t.num_eval:
-                ev = trainer.evaluate([s.to_device(trainer.device) for _, s in eval_set], [g for g, _ in eval_set])
-                vals = _allreduce_mean([ev["eval_loss"], ev["eval_sim_tau"]] if ev else [float("nan")] * 2)
+                ev = trainer.evaluate(
+                    [s.to_device(trainer.device) for _, s in eval_set], [g for g, _ in eval_set]
+                )
+                vals = _allreduce_mean(
+                    [ev["eval_loss"], ev["eval_sim_tau"]] if ev else [float("nan")] * 2
+                )
                 record.update(eval_loss=vals[0], eval_sim_tau=vals[1])
                 if probe is not None:
                     record.update(probe(trainer.draft))
@@ -350,8 +436,15 @@ def _build_trainer(ctx: RunContext, rank: int, device: torch.device) -> DraftTra
     mpu = _init_trainer_world(ctx, rank, device)
     head = load_frozen_head(Path(ctx.model_dir), device, torch.float32)
     spec = load_target_spec(Path(ctx.model_dir))
-    trainer = DraftTrainer(ctx.cfg.draft, spec, head, ctx.cfg.train, device=device,
-                           dp_world=ctx.topology.num_trainers, mpu=mpu)
+    trainer = DraftTrainer(
+        ctx.cfg.draft,
+        spec,
+        head,
+        ctx.cfg.train,
+        device=device,
+        dp_world=ctx.topology.num_trainers,
+        mpu=mpu,
+    )
     if ctx.resume_from:
         _load_checkpoint(trainer, ctx)
     return trainer
@@ -359,12 +452,14 @@ def _build_trainer(ctx: RunContext, rank: int, device: torch.device) -> DraftTra
 
 def trainer_main(rank: int, ctx: RunContext) -> None:
     """Trainer worker `rank`: receive samples from its targets, train with DeepSpeed."""
-    _setup_threads(ctx)
+    _setup_process(ctx)
     t = ctx.topology
     device = _device(ctx, "trainer", rank)
     link = _link(ctx, t.num_targets + rank, device)
     trainer = _build_trainer(ctx, rank, device)
-    plan = [(g, t.route(g)[0]) for g in t.trainer_samples(rank, ctx.start_step, ctx.cfg.train.steps)]
+    plan = [
+        (g, t.route(g)[0]) for g in t.trainer_samples(rank, ctx.start_step, ctx.cfg.train.steps)
+    ]
     receiver = SampleReceiver(link, plan, ctx.cfg.split.window)
 
     def target_util():
@@ -378,7 +473,7 @@ def trainer_main(rank: int, ctx: RunContext) -> None:
 
 def colocated_main(ctx: RunContext) -> None:
     """The single-process reference: the same target and trainer code, no transport."""
-    _setup_threads(ctx)
+    _setup_process(ctx)
     t = ctx.topology
     if (t.num_targets, t.num_trainers) != (1, 1):
         raise ValueError("split.colocated runs exactly one target and one trainer")

@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -12,24 +17,55 @@ from draft_models import DraftConfig, FrozenTargetHead, SequenceSample, TargetSp
 VOCAB, HIDDEN = 97, 32
 
 
+def llama_config(**overrides):
+    """A tiny random Llama (transformers' LlamaConfig): width 32, 4 layers, 4 heads / 2 KV heads,
+    vocabulary 100, unless overridden."""
+    from transformers import LlamaConfig
+
+    shape = dict(
+        hidden_size=32,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=64,
+        vocab_size=100,
+    )
+    return LlamaConfig(**{**shape, **overrides})
+
+
 def tiny_target() -> TargetSpec:
     return TargetSpec(
-        model_type="llama", hidden_size=HIDDEN, num_layers=8, vocab_size=VOCAB,
-        num_attention_heads=4, num_key_value_heads=2, head_dim=8, intermediate_size=64,
+        model_type="llama",
+        hidden_size=HIDDEN,
+        num_layers=8,
+        vocab_size=VOCAB,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        intermediate_size=64,
     )
 
 
 def tiny_head(seed: int = 0) -> FrozenTargetHead:
     g = torch.Generator().manual_seed(seed)
-    return FrozenTargetHead(torch.randn(VOCAB, HIDDEN, generator=g) * 0.5, torch.randn(VOCAB, HIDDEN, generator=g) * 0.5)
+    return FrozenTargetHead(
+        torch.randn(VOCAB, HIDDEN, generator=g) * 0.5, torch.randn(VOCAB, HIDDEN, generator=g) * 0.5
+    )
 
 
 # Every draft kind the ablations use, as DraftConfig overrides for the tiny target.
 VARIANTS = {
     "dspark": dict(),
     "dspark_rnn": dict(sequential_head="rnn"),
-    "dspark_mla": dict(attention="ling3_mla", kv_lora_rank=16, qk_nope_head_dim=8, qk_rope_head_dim=4, v_head_dim=8,
-                       rope="interleaved"),
+    "dspark_gated": dict(sequential_head="gated"),
+    "dspark_mla": dict(
+        attention="ling3_mla",
+        kv_lora_rank=16,
+        qk_nope_head_dim=8,
+        qk_rope_head_dim=4,
+        v_head_dim=8,
+        rope="interleaved",
+    ),
     "dspark_window": dict(sliding_window=6, rope="partial"),
     "dflash": dict(arch="dflash", sequential_head="none", confidence_head=False),
     "eagle3": dict(arch="eagle3", num_layers=1, sequential_head="none", confidence_head=False),
@@ -43,12 +79,16 @@ def tiny_config(variant: str = "dspark", **overrides) -> DraftConfig:
     return DraftConfig(**base)
 
 
-def tiny_draft(variant: str = "dspark", seed: int = 0, head: FrozenTargetHead | None = None, **overrides):
+def tiny_draft(
+    variant: str = "dspark", seed: int = 0, head: FrozenTargetHead | None = None, **overrides
+):
     torch.manual_seed(seed)
     return build_draft(tiny_config(variant, **overrides), tiny_target(), head or tiny_head())
 
 
-def random_sample(length: int, num_features: int = 3, seed: int = 0, assistant_from: int = 3) -> SequenceSample:
+def random_sample(
+    length: int, num_features: int = 3, seed: int = 0, assistant_from: int = 3
+) -> SequenceSample:
     g = torch.Generator().manual_seed(seed)
     mask = torch.zeros(length, dtype=torch.bool)
     mask[assistant_from:] = True
@@ -69,3 +109,67 @@ def _deterministic():
     torch.use_deterministic_algorithms(False)
     torch.set_num_threads(2)
     yield
+
+
+# ----- SGLang 0.5.23's own pure-Python code, for the tests that check our artefacts with it -----
+ROOT = Path(__file__).resolve().parents[1]
+SGLANG_VERSION_DIR = "sglang-cpu-0.5.23"
+
+
+def _sglang_candidates() -> list[Path]:
+    from splitserve.target.embedded import default_cache_dir
+
+    explicit = os.environ.get("SPLITSERVE_SGLANG_SITE")
+    if explicit:
+        return [Path(explicit)]
+    return [ROOT / ".sglang-cpu", default_cache_dir() / SGLANG_VERSION_DIR]
+
+
+@pytest.fixture(scope="session")
+def sglang_site() -> Path:
+    """A directory holding sglang 0.5.23 and the modules its parsers import (installed with
+    --no-deps by scripts/install_sglang_parser.sh). Built on first use into the cache
+    (~/.cache/splitserve, or $SPLITSERVE_CACHE) from PyPI, once per machine; skipped, with the
+    reason, only where it cannot be installed (no package index reachable)."""
+    import fcntl
+
+    candidates = _sglang_candidates()
+    for site in candidates:
+        if (site / "sglang").is_dir():
+            return site
+    dest = candidates[-1]
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with open(dest.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one install at a time (parallel test processes)
+        if (dest / "sglang").is_dir():
+            return dest
+        tmp = dest.with_name(dest.name + f".tmp-{os.getpid()}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        res = subprocess.run(
+            ["bash", str(ROOT / "scripts" / "install_sglang_parser.sh"), str(tmp)],
+            env={**os.environ, "PYTHON": sys.executable},
+            capture_output=True,
+            text=True,
+            timeout=1800,
+        )
+        if res.returncode != 0:
+            shutil.rmtree(tmp, ignore_errors=True)
+            pytest.skip(f"sglang 0.5.23's parsers could not be installed: {res.stderr[-500:]}")
+        os.replace(tmp, dest)
+    return dest
+
+
+def run_sglang(site: Path, command: str, *args, timeout: int = 300) -> subprocess.CompletedProcess:
+    """tests/_sglang_cpu.py COMMAND ARGS with `site` (and this checkout) on the path."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(site), str(ROOT)]),
+        "HF_HUB_OFFLINE": "1",
+    }
+    return subprocess.run(
+        [sys.executable, str(Path(__file__).with_name("_sglang_cpu.py")), command, *map(str, args)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+    )

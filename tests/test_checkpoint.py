@@ -2,6 +2,8 @@
 
 from pathlib import Path
 
+from conftest import llama_config
+
 from splitserve import checkpoint as ckpt
 
 
@@ -42,3 +44,109 @@ def test_prune_keeps_the_newest_good_checkpoints(tmp_path):
     ckpt.prune(tmp_path, keep=2)
     left = sorted(p.name for p in ckpt.checkpoint_root(tmp_path).iterdir())
     assert left == ["step-00000002", "step-00000003", "step-00000004"]
+
+
+def test_older_checkpoints_keep_draft_weights_only(tmp_path):
+    """Resuming needs the newest checkpoint's training state only: older kept checkpoints lose
+    their engine state (most of their size) and stay valid for export and serving."""
+    for step in (1, 2, 3):
+        staging = ckpt.staging_dir(tmp_path, step)
+        (staging / "engine").mkdir(parents=True)
+        (staging / "engine" / "optim.pt").write_bytes(b"x" * 1000)
+        (staging / "zero_to_fp32.py").write_text("# DeepSpeed's helper")
+        for name in ckpt.DRAFT_FILES:
+            (staging / name).parent.mkdir(parents=True, exist_ok=True)
+            (staging / name).write_text(name)
+        ckpt.seal(staging, ckpt.final_dir(tmp_path, step))
+        ckpt.prune(tmp_path, keep=2)
+    newest, older = ckpt.final_dir(tmp_path, 3), ckpt.final_dir(tmp_path, 2)
+    assert not ckpt.final_dir(tmp_path, 1).exists()
+    assert ckpt.has_training_state(newest) and (newest / "engine" / "optim.pt").is_file()
+    assert not ckpt.has_training_state(older)
+    assert sorted(p.name for p in older.iterdir()) == [
+        "COMPLETE",
+        "config.yaml",
+        "draft",
+        "meta.json",
+    ]
+    assert ckpt.problem(older) is None and ckpt.problem(older, ckpt.DRAFT_FILES) is None
+    assert ckpt.latest_good(tmp_path, resumable=True) == newest
+    with open(newest / "engine" / "optim.pt", "r+b") as f:  # the newest damaged: nothing to resume
+        f.truncate(10)
+    messages = []
+    assert ckpt.latest_good(tmp_path, log=messages.append, resumable=True) is None
+    assert any("step-00000002" in m and "draft weights only" in m for m in messages)
+    assert ckpt.latest_good(tmp_path, needed=ckpt.DRAFT_FILES) == newest  # serving still can
+
+
+LEGACY = Path(__file__).resolve().parent / "data" / "checkpoint_f97d512"
+LEGACY_RUN = [  # the overrides that wrote it (tests/data/checkpoint_f97d512/README.md)
+    "target.kind=path",
+    "draft.num_layers=1",
+    "draft.markov_rank=1",
+    "draft.block_size=4",
+    "draft.mask_token_id=16",
+    "target.regenerate=false",
+    "data.max_length=64",
+    "data.eval_prompts=1",
+    "data.sources=[{kind:gsm8k,path:null,limit:20,weight:1}]",
+    "train.micro_batch=1",
+    "train.num_anchors=4",
+    "train.checkpoint_every=1",
+    "train.warmup_steps=1",
+    "train.decode_eval_prompts=0",
+    "log.wandb_mode=disabled",
+    "log.progress=false",
+]
+
+
+def legacy_target(path: Path) -> Path:
+    """The tiny random Llama the fixture was trained against (same seed and shape)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from splitserve.target.embedded import ensure_smollm2
+
+    torch.manual_seed(0)
+    cfg = llama_config(
+        hidden_size=16,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        intermediate_size=32,
+        vocab_size=49152,
+        tie_word_embeddings=True,
+    )
+    AutoModelForCausalLM.from_config(cfg).save_pretrained(path)
+    AutoTokenizer.from_pretrained(ensure_smollm2()).save_pretrained(path)
+    return path
+
+
+def test_a_checkpoint_written_by_f97d512_loads_resumes_and_exports(tmp_path):
+    import json
+    import shutil
+
+    from test_training import compose_cfg
+
+    from serving.export import export
+    from serving.loading import load_decoder
+    from serving.scheduler import SchedulerConfig
+    from splitserve.train import run
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(LEGACY, run_dir / "checkpoints", ignore=shutil.ignore_patterns("README.md"))
+    target = legacy_target(tmp_path / "target")
+
+    draft = ckpt.read_draft(run_dir)  # a run directory: its newest complete checkpoint
+    assert draft.step == 1 and draft.cfg.markov_rank == 1 and draft.cfg.target_layer_ids == [2]
+    config = json.loads((export(draft.path, tmp_path / "exported") / "config.json").read_text())
+    assert (
+        config["markov_rank"] == 1
+        and config["block_size"] == 4
+        and config["num_target_layers"] == 4
+    )
+    decoder, _ = load_decoder(draft.path, target, scheduler=SchedulerConfig("fixed"), device="cpu")
+    assert len(decoder.generate([1, 2, 3], 6).token_ids) == 6
+
+    summary = run(compose_cfg(LEGACY_RUN + [f"target.path={target}", "train.steps=2"]), run_dir)
+    assert summary["steps"] == 2
+    assert '"event": "resumed", "step": 1' in (run_dir / "metrics.jsonl").read_text()

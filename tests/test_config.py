@@ -4,10 +4,18 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from transformers import BailingHybridConfig, LlamaConfig
+from conftest import llama_config, random_sample, tiny_config, tiny_draft, tiny_head, tiny_target
+from transformers import BailingHybridConfig
 
-from conftest import random_sample, tiny_config, tiny_draft, tiny_head, tiny_target
-from draft_models import DraftConfig, LossConfig, TargetSpec, build_draft, dflash_layer_ids, pack_sequences
+from draft_models import (
+    DraftConfig,
+    LossConfig,
+    TargetSpec,
+    build_draft,
+    dflash_layer_ids,
+    pack_sequences,
+)
+from draft_models.config import load_draft_config, store_hydra_defaults
 from draft_models.config_io import load_dataclass
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
@@ -20,7 +28,12 @@ def test_dflash_rule_reproduces_deepspec_qwen3_4b_layers():
 
 def test_resolve_fills_target_defaults():
     cfg = DraftConfig(num_layers=3).resolve(tiny_target())
-    assert (cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim) == (32, 4, 2, 8)
+    assert (cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim) == (
+        32,
+        4,
+        2,
+        8,
+    )
     assert cfg.target_layer_ids == dflash_layer_ids(8, 3)
     assert cfg.mask_token_id == tiny_target().vocab_size - 1
 
@@ -28,13 +41,16 @@ def test_resolve_fills_target_defaults():
 @pytest.mark.parametrize(
     "overrides,field,allowed",
     [
-        (dict(target_layer_ids=[1, 8]), "target_layer_ids", "[0, 7]"),
-        (dict(target_layer_ids=[-1]), "target_layer_ids", "[0, 7]"),
+        (dict(target_layer_ids=[1, 8]), "target_layer_ids", "[-1, 6]"),
+        (dict(target_layer_ids=[-2]), "target_layer_ids", "[-1, 6]"),
+        # the last layer of a llama target: SGLang never captures it (a check added for issue 11)
+        (dict(target_layer_ids=[1, 7]), "target_layer_ids", "the last layer (7) is never captured"),
+        (dict(target_layer_ids=[4, 1]), "target_layer_ids", "strictly increasing"),
         (dict(block_size=1), "block_size", ">= 2"),
         (dict(rope="yarn"), "rope", "full, partial, interleaved, none"),
         (dict(attention="mha"), "attention", "qwen3, ling3_mla"),
         (dict(arch="medusa"), "arch", "dspark, dflash, eagle3"),
-        (dict(sequential_head="lstm"), "sequential_head", "markov, rnn, none"),
+        (dict(sequential_head="lstm"), "sequential_head", "markov, gated, rnn, none"),
         (dict(hidden_size=48), "hidden_size", "target hidden size 32"),
         (dict(mask_token_id=97), "mask_token_id", "[0, 96]"),
         (dict(arch="dflash"), "sequential_head", "'none' for arch=dflash"),
@@ -52,7 +68,9 @@ def test_bad_configuration_names_field_and_allowed_values(overrides, field, allo
 def test_target_hidden_size_not_matching_the_fusion_layer_is_refused():
     draft = tiny_draft("dspark")  # fusion layer expects 3 target layers x 32
     sample = random_sample(20, num_features=2)  # a target capturing 2 layers
-    batch = pack_sequences([sample], num_anchors=3, block_size=4, num_slots=4, mask_token_id=0, seed=0)
+    batch = pack_sequences(
+        [sample], num_anchors=3, block_size=4, num_slots=4, mask_token_id=0, seed=0
+    )
     with pytest.raises(ValueError, match=r"len\(target_layer_ids\)=3 x hidden_size=32"):
         draft(batch)
 
@@ -77,23 +95,41 @@ def _fields(cls, prefix=""):
     out = set()
     for f in dataclasses.fields(cls):
         out.add(prefix + f.name)
-        if dataclasses.is_dataclass(f.default_factory if f.default_factory is not dataclasses.MISSING else None):
+        if dataclasses.is_dataclass(
+            f.default_factory if f.default_factory is not dataclasses.MISSING else None
+        ):
             out |= _fields(f.default_factory, prefix + f.name + ".")
     return out
 
 
+def compose_draft(name=None):
+    """The draft node Hydra composes for `draft=<name>` (the default group option if None)."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    store_hydra_defaults()
+    with initialize_config_dir(str(CONF), version_base="1.3"):
+        cfg = compose("summary", overrides=[f"draft={name}"] if name else [])
+    return OmegaConf.to_container(cfg.draft)
+
+
 @pytest.mark.parametrize("name", ["dspark", "dflash", "eagle3"])
 def test_draft_yaml_mirrors_the_dataclass_and_resolves(name):
-    data = yaml.safe_load((CONF / "draft" / f"{name}.yaml").read_text())
-    assert _keys(data) == _fields(DraftConfig)
-    cfg = load_dataclass(DraftConfig, data, "draft")
-    assert cfg.arch == name
+    data = compose_draft(name)
+    assert _keys(data) == _fields(
+        DraftConfig
+    )  # every field is there, so every field is overridable
+    cfg = load_draft_config(data)
+    assert cfg.arch == name and cfg == DraftConfig.for_arch(name)
     cfg.resolve(tiny_target())
+    # the YAML names its architecture's defaults instead of repeating them
+    assert yaml.safe_load((CONF / "draft" / f"{name}.yaml").read_text()) == {
+        "defaults": [f"{name}_defaults", "_self_"]
+    }
 
 
 def test_default_yaml_equals_dataclass_defaults():
-    data = yaml.safe_load((CONF / "draft" / "dspark.yaml").read_text())
-    assert load_dataclass(DraftConfig, data, "draft") == DraftConfig()
+    assert load_draft_config(compose_draft()) == DraftConfig()
 
 
 def test_unknown_config_key_is_named():
@@ -104,10 +140,20 @@ def test_unknown_config_key_is_named():
 
 
 def test_target_spec_from_real_hf_configs():
-    llama = LlamaConfig(hidden_size=64, num_hidden_layers=6, num_attention_heads=4, num_key_value_heads=2,
-                        intermediate_size=128, vocab_size=300, tie_word_embeddings=True)
+    llama = llama_config(
+        hidden_size=64,
+        num_hidden_layers=6,
+        intermediate_size=128,
+        vocab_size=300,
+        tie_word_embeddings=True,
+    )
     spec = TargetSpec.from_hf_config(llama)
-    assert (spec.hidden_size, spec.num_layers, spec.head_dim, spec.tie_word_embeddings) == (64, 6, 16, True)
+    assert (spec.hidden_size, spec.num_layers, spec.head_dim, spec.tie_word_embeddings) == (
+        64,
+        6,
+        16,
+        True,
+    )
     ling = TargetSpec.from_hf_config(BailingHybridConfig())
     assert (ling.hidden_size, ling.num_layers, ling.vocab_size) == (2560, 42, 157184)
     assert (ling.kv_lora_rank, ling.qk_rope_head_dim, ling.rope_theta) == (512, 64, 6e6)
@@ -120,3 +166,13 @@ def test_target_shape_presets_load(shape):
     data = yaml.safe_load((CONF / "target_shape" / f"{shape}.yaml").read_text())
     spec = load_dataclass(TargetSpec, data, "target_shape")
     DraftConfig().resolve(spec)
+
+
+def test_feature_layer_ids_follow_what_sglang_captures():
+    """-1 (the embedding output) is a valid feature layer, as in DeepSpec; the last layer is valid
+    only for targets whose SGLang class captures after a layer itself (Ling / bailing_hybrid)."""
+    assert DraftConfig(target_layer_ids=[-1, 3]).resolve(tiny_target()).target_layer_ids == [-1, 3]
+    ling = dataclasses.replace(tiny_target(), model_type="bailing_hybrid")
+    assert DraftConfig(target_layer_ids=[2, 7]).resolve(ling).target_layer_ids == [2, 7]
+    with pytest.raises(ValueError, match=r"in \[-1, 6\].*last layer \(7\) is never captured"):
+        DraftConfig(target_layer_ids=[2, 7]).resolve(tiny_target())

@@ -3,7 +3,8 @@ the draft proposes; sampling reproduces the target's distribution."""
 
 import pytest
 import torch
-from transformers import AutoModelForCausalLM, DynamicCache, LlamaConfig
+from conftest import llama_config
+from transformers import AutoModelForCausalLM, DynamicCache
 
 from draft_models import DraftConfig, FrozenTargetHead, TargetSpec, build_draft
 from serving.decoder import SpeculativeDecoder
@@ -11,13 +12,16 @@ from serving.scheduler import SchedulerConfig
 from serving.sps import SpsTable
 
 SPS = SpsTable([1, 2, 4, 8], [100.0, 97.0, 90.0, 70.0], 8)
-MODES = [SchedulerConfig("fixed"), SchedulerConfig("threshold", threshold=0.02), SchedulerConfig("prefix")]
+MODES = [
+    SchedulerConfig("fixed"),
+    SchedulerConfig("threshold", threshold=0.02),
+    SchedulerConfig("prefix"),
+]
 
 
 def tiny_target(vocab=96, seed=0):
     torch.manual_seed(seed)
-    cfg = LlamaConfig(hidden_size=32, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
-                      intermediate_size=64, vocab_size=vocab, tie_word_embeddings=False)
+    cfg = llama_config(vocab_size=vocab, tie_word_embeddings=False)
     return AutoModelForCausalLM.from_config(cfg).double().eval()
 
 
@@ -31,9 +35,16 @@ def draft_for(target, **overrides):
 
 def reference_greedy(target, prompt, n):
     ids = torch.tensor([prompt])
-    out = target.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, do_sample=False,
-                          min_new_tokens=n, pad_token_id=0, eos_token_id=None)
-    return out[0, len(prompt):].tolist()
+    out = target.generate(
+        ids,
+        attention_mask=torch.ones_like(ids),
+        max_new_tokens=n,
+        do_sample=False,
+        min_new_tokens=n,
+        pad_token_id=0,
+        eos_token_id=None,
+    )
+    return out[0, len(prompt) :].tolist()
 
 
 class OracleProposer:
@@ -47,26 +58,39 @@ class OracleProposer:
         pass
 
     def propose(self, anchor, pos, temperature, generator):
-        seq = self.history[: pos] + [int(anchor)]
+        seq = self.history[:pos] + [int(anchor)]
         cont = reference_greedy(self.target, seq, self.gamma)
-        tokens = [t if k < self.good else (t + 1) % self.target.config.vocab_size for k, t in enumerate(cont)]
+        tokens = [
+            t if k < self.good else (t + 1) % self.target.config.vocab_size
+            for k, t in enumerate(cont)
+        ]
         return torch.tensor(tokens), None, torch.linspace(0.9, 0.5, len(tokens)).double()
 
 
-CASES = [(arch, mode) for arch in ("dspark", "dspark_rnn") for mode in MODES] + [("dflash", MODES[0]), ("eagle3", MODES[0])]
-DRAFT_KINDS = {"dspark": {}, "dspark_rnn": {"sequential_head": "rnn"},
-               "dflash": {"arch": "dflash", "sequential_head": "none", "confidence_head": False},
-               "eagle3": {"arch": "eagle3", "sequential_head": "none", "confidence_head": False}}
+CASES = [(arch, mode) for arch in ("dspark", "dspark_rnn") for mode in MODES] + [
+    ("dflash", MODES[0]),
+    ("eagle3", MODES[0]),
+]
+DRAFT_KINDS = {
+    "dspark": {},
+    "dspark_rnn": {"sequential_head": "rnn"},
+    "dflash": {"arch": "dflash", "sequential_head": "none", "confidence_head": False},
+    "eagle3": {"arch": "eagle3", "sequential_head": "none", "confidence_head": False},
+}
 
 
 @pytest.mark.parametrize("arch,mode", CASES, ids=lambda c: c if isinstance(c, str) else c.mode)
 def test_greedy_output_equals_target_greedy_with_a_random_draft(arch, mode):
     """(DFlash and EAGLE-3 have no confidence head, so only fixed-length verification applies.)"""
     target = tiny_target()
-    dec = SpeculativeDecoder(target, draft_for(target, **DRAFT_KINDS[arch]), scheduler=mode, sps=SPS)
+    dec = SpeculativeDecoder(
+        target, draft_for(target, **DRAFT_KINDS[arch]), scheduler=mode, sps=SPS
+    )
     g = torch.Generator().manual_seed(0)
     for _ in range(4):
-        prompt = torch.randint(0, 96, (int(torch.randint(3, 12, (1,), generator=g)),), generator=g).tolist()
+        prompt = torch.randint(
+            0, 96, (int(torch.randint(3, 12, (1,), generator=g)),), generator=g
+        ).tolist()
         res = dec.generate(prompt, 40)
         assert res.token_ids == reference_greedy(target, prompt, 40)
         assert sum(res.accept_lengths) + 1 >= len(res.token_ids)
@@ -79,15 +103,21 @@ def test_accept_and_rollback_paths_with_oracle_proposals(good, monkeypatch):
     expected = reference_greedy(target, prompt, 30)
     oracle = OracleProposer(target, 4, good, prompt + expected)
     monkeypatch.setattr("serving.decoder.make_proposer", lambda *a: oracle)
-    res = SpeculativeDecoder(target, draft_for(target), scheduler=SchedulerConfig("fixed")).generate(prompt, 30)
+    res = SpeculativeDecoder(
+        target, draft_for(target), scheduler=SchedulerConfig("fixed")
+    ).generate(prompt, 30)
     assert res.token_ids == expected
-    assert all(a == min(good, 4) + 1 for a in res.accept_lengths[:-1])  # accepted prefix + bonus each step
+    assert all(
+        a == min(good, 4) + 1 for a in res.accept_lengths[:-1]
+    )  # accepted prefix + bonus each step
 
 
 def test_target_only_decoding_is_plain_greedy():
     target = tiny_target()
     res = SpeculativeDecoder(target, None).generate([1, 2, 3], 25)
-    assert res.token_ids == reference_greedy(target, [1, 2, 3], 25) and set(res.accept_lengths) == {1}
+    assert res.token_ids == reference_greedy(target, [1, 2, 3], 25) and set(res.accept_lengths) == {
+        1
+    }
 
 
 @pytest.mark.parametrize("arch", ["dspark", "eagle3"])
@@ -99,9 +129,14 @@ def test_sampling_matches_the_target_distribution(arch):
     vocab = 6
     target = tiny_target(vocab=vocab, seed=3)
     with torch.no_grad():
-        target.lm_head.weight.mul_(20)  # sharpen: a distribution far from uniform, so the test has power
-    dec = SpeculativeDecoder(target, draft_for(target, mask_token_id=5, **DRAFT_KINDS[arch]),
-                             scheduler=SchedulerConfig("fixed"))
+        target.lm_head.weight.mul_(
+            20
+        )  # sharpen: a distribution far from uniform, so the test has power
+    dec = SpeculativeDecoder(
+        target,
+        draft_for(target, mask_token_id=5, **DRAFT_KINDS[arch]),
+        scheduler=SchedulerConfig("fixed"),
+    )
     prompt = [1, 2, 3]
     with torch.no_grad():
         p1 = torch.softmax(target(torch.tensor([prompt])).logits[0, -1].double(), -1)
@@ -134,15 +169,23 @@ def test_bad_decoder_inputs():
     with pytest.raises(ValueError, match="must be >= 1 and end at gamma"):
         SpeculativeDecoder(target, draft_for(target), verify_widths=[2, 4])
     with pytest.raises(ValueError, match="needs a confidence head"):
-        SpeculativeDecoder(target, draft_for(target, **DRAFT_KINDS["eagle3"]), scheduler=SchedulerConfig("threshold"))
+        SpeculativeDecoder(
+            target,
+            draft_for(target, **DRAFT_KINDS["eagle3"]),
+            scheduler=SchedulerConfig("threshold"),
+        )
 
 
 def test_fixed_shape_steps_are_still_lossless():
     """One verify width (gamma + 1, the CUDA-graph shape): padding drafts beyond the schedule are
     masked out of acceptance and cropped from the cache."""
     target = tiny_target()
-    dec = SpeculativeDecoder(target, draft_for(target), scheduler=SchedulerConfig("threshold", threshold=0.3),
-                             verify_widths=[5])
+    dec = SpeculativeDecoder(
+        target,
+        draft_for(target),
+        scheduler=SchedulerConfig("threshold", threshold=0.3),
+        verify_widths=[5],
+    )
     prompt = [3, 9, 27, 81]
     res = dec.generate(prompt, 40)
     assert res.token_ids == reference_greedy(target, prompt, 40)
@@ -152,13 +195,16 @@ def test_fixed_shape_steps_are_still_lossless():
 def test_eagle3_chain_reads_committed_context_only(monkeypatch):
     """After a decode with rejections, the chain's cache equals one built from the committed text
     alone, in one piece or in two: no trace of rejected drafts, and commits compose."""
-    from serving.proposers import Eagle3Proposer
+    from draft_models import Eagle3Proposer
 
     target = tiny_target()
     draft = draft_for(target, **DRAFT_KINDS["eagle3"])
     prompt = [4, 8, 15, 16, 23, 42]
     made = []
-    monkeypatch.setattr("serving.decoder.make_proposer", lambda *a: made.append(Eagle3Proposer(draft, 4)) or made[-1])
+    monkeypatch.setattr(
+        "serving.decoder.make_proposer",
+        lambda *a: made.append(Eagle3Proposer(draft, 4)) or made[-1],
+    )
     dec = SpeculativeDecoder(target, draft)
     res = dec.generate(prompt, 12)
     assert sum(res.verified) > sum(res.accepted)  # rejections happened
@@ -185,8 +231,53 @@ def test_single_request_schedule_on_device_equals_algorithm_1():
         survival = torch.cumprod(torch.rand(gamma, generator=g, dtype=torch.float64), 0)
         rates = sorted(torch.rand(gamma + 1, generator=g).tolist(), reverse=True)
         table = SpsTable(list(range(1, gamma + 2)), [100 * r + 1 for r in rates], gamma + 1)
-        by_width = torch.tensor([0.0] + [table(w) for w in range(1, gamma + 2)], dtype=torch.float64)
+        by_width = torch.tensor(
+            [0.0] + [table(w) for w in range(1, gamma + 2)], dtype=torch.float64
+        )
         cfg = SchedulerConfig("prefix")
-        assert int(single_request_length(survival, cfg, by_width)) == prefix_schedule(survival[None], table)[0]
+        assert (
+            int(single_request_length(survival, cfg, by_width))
+            == prefix_schedule(survival[None], table)[0]
+        )
         thr = SchedulerConfig("threshold", threshold=float(torch.rand((), generator=g)))
-        assert int(single_request_length(survival, thr, None)) == threshold_schedule(survival[None], thr.threshold)[0]
+        assert (
+            int(single_request_length(survival, thr, None))
+            == threshold_schedule(survival[None], thr.threshold)[0]
+        )
+
+
+def test_a_smaller_block_runs_only_gamma_slots_as_sglang_does():
+    """--block-size 2 with a draft trained on blocks of 4: SGLang runs a block of 2 slots
+    [anchor, mask] (attention spans only those), not the 4-slot block cut short; and decoding
+    stays lossless."""
+    from draft_models import DSparkProposer
+    from draft_models.packed_attention import TokenIndex
+
+    target = tiny_target()
+    draft = draft_for(target)
+    prompt = torch.tensor([5, 17, 42, 8, 3])
+    dec = SpeculativeDecoder(target, draft, block_size=2)
+    with torch.no_grad():
+        _, feats = dec._target_forward(prompt, 0, DynamicCache())
+        sts = torch.ones(4, dtype=torch.float64)
+        short, full = DSparkProposer(draft, 2, sts), DSparkProposer(draft, 4, sts)
+        for p in (short, full):
+            p.commit(feats, prompt, 0)
+        anchor = torch.tensor([11])
+        tokens, _, _ = short.propose(anchor, 5, 0.0, None)
+        full.propose(anchor, 5, 0.0, None)
+        ids = torch.tensor([[11, draft.cfg.mask_token_id]])
+        hidden = draft.backbone(
+            ids,
+            TokenIndex.single_block(5, 2, "cpu"),
+            short.ctx_kv,
+            TokenIndex.context(5, "cpu"),
+            backend="dense",
+        )
+        expected = draft.heads(hidden, torch.stack((anchor, tokens[:1]), dim=1)).confidence_logit[0]
+    assert tokens.shape == (2,)
+    torch.testing.assert_close(short.confidence_logits, expected.double())
+    assert not torch.allclose(short.confidence_logits, full.confidence_logits[:2])
+    res = dec.generate(prompt.tolist(), 30)
+    assert res.token_ids == reference_greedy(target, prompt.tolist(), 30)
+    assert max(res.widths) == 3

@@ -1,74 +1,122 @@
 """Export to SGLang's DSpark format: config fields, weight names, bit-exact reload, refusals."""
 
 import json
-import os
 import shutil
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
+from conftest import llama_config
 from safetensors.torch import load_file
-
-from serving.export import export, load_exported, main, read_checkpoint
-from splitserve.targets import load_frozen_head, prepare_target_dir
-from splitserve.config import TargetConfig
-from splitserve.train import run
 from test_training import TINY, compose_cfg
+
+from serving.export import export, load_exported, main
+from splitserve.checkpoint import read_draft
+from splitserve.target.config import TargetConfig
+from splitserve.target.models import load_frozen_head, prepare_target_dir
+from splitserve.train import run
 
 # The names SGLang 0.5.23's DFlash/DSpark loaders accept (models/dflash.py, models/dspark.py),
 # with the per-layer parts SGLang stacks (q/k/v -> qkv_proj, gate/up -> gate_up_proj).
-LAYER_PARTS = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "self_attn.q_norm",
-               "self_attn.k_norm", "input_layernorm", "post_attention_layernorm", "mlp.gate_proj", "mlp.up_proj",
-               "mlp.down_proj"}
-TOP = {"fc.weight", "hidden_norm.weight", "norm.weight", "markov_head.markov_w1.weight", "markov_head.markov_w2.weight",
-       "markov_head.joint_proj.weight", "markov_head.joint_proj.bias", "confidence_head.proj.weight",
-       "confidence_head.proj.bias"}
+LAYER_PARTS = {
+    "self_attn.q_proj",
+    "self_attn.k_proj",
+    "self_attn.v_proj",
+    "self_attn.o_proj",
+    "self_attn.q_norm",
+    "self_attn.k_norm",
+    "input_layernorm",
+    "post_attention_layernorm",
+    "mlp.gate_proj",
+    "mlp.up_proj",
+    "mlp.down_proj",
+}
+TOP = {
+    "fc.weight",
+    "hidden_norm.weight",
+    "norm.weight",
+    "markov_head.markov_w1.weight",
+    "markov_head.markov_w2.weight",
+    "markov_head.joint_proj.weight",
+    "markov_head.joint_proj.bias",
+    "markov_head.gate_proj.weight",
+    "markov_head.gate_proj.bias",
+    "confidence_head.proj.weight",
+    "confidence_head.proj.bias",
+}
 
 
 def sglang_maps(name: str) -> bool:
     if name in TOP:
         return True
     parts = name.split(".")
-    return parts[0] == "layers" and parts[1].isdigit() and ".".join(parts[2:-1]) in LAYER_PARTS and parts[-1] == "weight"
+    return (
+        parts[0] == "layers"
+        and parts[1].isdigit()
+        and ".".join(parts[2:-1]) in LAYER_PARTS
+        and parts[-1] == "weight"
+    )
 
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("run")
-    summary = run(compose_cfg(TINY + ["train.steps=1", "train.checkpoint_every=1", "draft.sequential_head=rnn"]),
-                  run_dir)
+    summary = run(
+        compose_cfg(
+            TINY + ["train.steps=1", "train.checkpoint_every=1", "draft.sequential_head=rnn"]
+        ),
+        run_dir,
+    )
     return summary["checkpoint"]
 
 
-def test_export_writes_the_sglang_contract_and_reloads_bit_exactly(checkpoint, tmp_path):
-    out = export(checkpoint, tmp_path / "draft")
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_export_writes_the_sglang_contract_and_reloads_bit_exactly(checkpoint, tmp_path, dtype):
+    out = export(checkpoint, tmp_path / "draft", dtype=dtype)
     config = json.loads((out / "config.json").read_text())
     assert config["architectures"] == ["Qwen3DSparkModel"]  # a Llama-family target
     assert config["markov_head_type"] == "rnn" and config["markov_rank"] == 16
-    assert config["block_size"] == 4 and config["num_target_layers"] == 30 and config["sample_from_anchor"]
+    assert (
+        config["block_size"] == 4
+        and config["num_target_layers"] == 30
+        and config["sample_from_anchor"]
+    )
     assert config["target_layer_ids"] == [15] and config["mask_token_id"] == 16
-    assert config["is_neox_style"] is True and config["partial_rotary_factor"] == 1.0
+    assert config["is_neox_style"] is True and "partial_rotary_factor" not in config
+    assert config["rope_parameters"] == {"rope_type": "default", "rope_theta": 100000.0}
+    assert config["torch_dtype"] == dtype
     weights = load_file(str(out / "model.safetensors"))
+    assert {str(t.dtype) for t in weights.values()} == {f"torch.{dtype}"}
     assert all(sglang_maps(n) for n in weights), [n for n in weights if not sglang_maps(n)]
     assert not any("embed" in n or "lm_head" in n for n in weights)
     head = load_frozen_head(prepare_target_dir(TargetConfig()), "cpu", torch.float32)
     reloaded = load_exported(out, head)
-    _, _, original = read_checkpoint(checkpoint)
-    for name, tensor in reloaded.state_dict().items():
-        assert torch.equal(tensor, original[name]), name
+    original = read_draft(checkpoint).weights
+    for name, tensor in reloaded.state_dict().items():  # exactly the trained weights, in dtype
+        assert torch.equal(tensor, original[name].to(getattr(torch, dtype)).float()), name
+
+
+def edited_checkpoint(src, dst, **fields):
+    """A copy of checkpoint `src` whose draft config has `fields` changed, sealed again (as if
+    trained that way), so it passes validation and reaches export's own checks."""
+    from splitserve.checkpoint import seal
+
+    staging = dst.with_name(dst.name + ".staging")
+    shutil.copytree(src, staging)
+    (staging / "COMPLETE").unlink()
+    cfg = json.loads((staging / "draft" / "draft_config.json").read_text())
+    cfg.update(fields)
+    (staging / "draft" / "draft_config.json").write_text(json.dumps(cfg))
+    seal(staging, dst)
+    return dst
 
 
 def test_drafts_sglang_cannot_serve_are_refused(checkpoint, tmp_path):
-    for field, value, reason in [("attention", "ling3_mla", "MLA drafts have no serving class"),
-                                 ("arch", "dflash", "DSpark drafts only"),
-                                 ("rope", "none", "always applies rotary")]:
-        copy = tmp_path / f"ckpt-{field}"
-        shutil.copytree(checkpoint, copy)
-        cfg = json.loads((copy / "draft" / "draft_config.json").read_text())
-        cfg[field] = value
-        (copy / "draft" / "draft_config.json").write_text(json.dumps(cfg))
+    for field, value, reason in [
+        ("attention", "ling3_mla", "MLA drafts have no serving class"),
+        ("arch", "dflash", "DSpark drafts only"),
+        ("rope", "none", "always applies rotary"),
+    ]:
+        copy = edited_checkpoint(checkpoint, tmp_path / f"ckpt-{field}", **{field: value})
         with pytest.raises(ValueError, match=reason):
             export(copy, tmp_path / "out")
         assert not (tmp_path / "out").exists()
@@ -97,43 +145,79 @@ def test_launch_command_for_an_exported_draft(checkpoint, tmp_path, capsys):
     sts = tmp_path / "sts.json"
     sts.write_text(json.dumps({"temperatures": [1.0] * 4}))
     sps = tmp_path / "sps.json"
-    sps.write_text(json.dumps({"sample_batch_tokens": [1, 8], "sample_steps_per_sec": [100.0, 80.0],
-                               "max_batch_tokens": 8}))
+    sps.write_text(
+        json.dumps(
+            {
+                "sample_batch_tokens": [1, 8],
+                "sample_steps_per_sec": [100.0, 80.0],
+                "max_batch_tokens": 8,
+            }
+        )
+    )
     out = export(checkpoint, tmp_path / "d", sps=sps, sts=sts)
     assert launch_main(["--target", "/models/t", "--draft", str(out), "--tp-size", "4"]) == 0
     line = capsys.readouterr().out.strip()
     assert line.startswith("SGLANG_RAGGED_VERIFY_MODE=compact ")
-    for flag in ("-m sglang.launch_server", "--model-path /models/t", "--speculative-algorithm DSPARK",
-                 f"--speculative-draft-model-path {out}", "--speculative-dspark-block-size 4", "--tp-size 4",
-                 f"--speculative-dspark-sps-table-path {out}/sps.json",
-                 f"--speculative-dspark-confidence-sts-path {out}/sts.json"):
+    for flag in (
+        "-m sglang.launch_server",
+        "--model-path /models/t",
+        "--speculative-algorithm DSPARK",
+        f"--speculative-draft-model-path {out}",
+        "--speculative-dspark-block-size 4",
+        "--tp-size 4",
+        f"--speculative-dspark-sps-table-path {out}/sps.json",
+        f"--speculative-dspark-confidence-sts-path {out}/sts.json",
+    ):
         assert flag in line
     assert launch_main(["--target", "/models/t", "--draft", str(tmp_path)]) == 2
     assert "is missing" in capsys.readouterr().err
 
 
 def test_generate_cli_is_lossless_and_checks_its_target(checkpoint, tmp_path, capsys):
-    from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from serving.generate import main as generate_main
 
-    assert generate_main(["--checkpoint", checkpoint, "--prompt", "What is 7 times 8?", "--max-new-tokens", "24",
-                          "--json"]) == 0
+    assert (
+        generate_main(
+            [
+                "--checkpoint",
+                checkpoint,
+                "--prompt",
+                "What is 7 times 8?",
+                "--max-new-tokens",
+                "24",
+                "--json",
+            ]
+        )
+        == 0
+    )
     out = json.loads(capsys.readouterr().out)
-    assert out["steps"] == len(out["accept_lengths"]) and sum(out["accept_lengths"]) + 1 >= len(out["token_ids"])
+    assert out["steps"] == len(out["accept_lengths"]) and sum(out["accept_lengths"]) + 1 >= len(
+        out["token_ids"]
+    )
     model_dir = prepare_target_dir(TargetConfig())
     tok = AutoTokenizer.from_pretrained(model_dir)
     target = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    prompt = tok.apply_chat_template([{"role": "user", "content": "What is 7 times 8?"}], add_generation_prompt=True,
-                                     return_tensors="pt", return_dict=True)["input_ids"]
-    ref = target.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=24, do_sample=False)
-    assert out["token_ids"] == ref[0, prompt.shape[1]:].tolist()
+    prompt = tok.apply_chat_template(
+        [{"role": "user", "content": "What is 7 times 8?"}],
+        add_generation_prompt=True,
+        return_tensors="pt",
+        return_dict=True,
+    )["input_ids"]
+    ref = target.generate(
+        prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=24, do_sample=False
+    )
+    assert out["token_ids"] == ref[0, prompt.shape[1] :].tolist()
 
     other = tmp_path / "other"
-    AutoModelForCausalLM.from_config(LlamaConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                                                 intermediate_size=64, vocab_size=49152)).save_pretrained(other)
+    AutoModelForCausalLM.from_config(
+        llama_config(num_hidden_layers=2, num_key_value_heads=4, vocab_size=49152)
+    ).save_pretrained(other)
     tok.save_pretrained(other)
-    assert generate_main(["--checkpoint", checkpoint, "--prompt", "hi", "--target", str(other)]) == 2
+    assert (
+        generate_main(["--checkpoint", checkpoint, "--prompt", "hi", "--target", str(other)]) == 2
+    )
     assert "trained for a different target" in capsys.readouterr().err
     assert generate_main(["--checkpoint", checkpoint, "--prompt", "hi", "--block-size", "9"]) == 2
     assert "larger than the draft was trained for" in capsys.readouterr().err
@@ -148,47 +232,122 @@ def test_generate_refuses_a_malformed_sts_file(checkpoint, tmp_path, capsys):
     assert f"STS file {sts}: expected 'temperatures', 4 numbers > 0" in capsys.readouterr().err
 
 
-SGLANG_SITE = Path(os.environ.get("SPLITSERVE_SGLANG_SITE", Path(__file__).resolve().parents[1] / ".sglang-cpu"))
-needs_sglang_site = pytest.mark.skipif(not (SGLANG_SITE / "sglang").is_dir(),
-                                       reason=f"{SGLANG_SITE} missing: run scripts/install_sglang_parser.sh (CI does)")
+def variant_checkpoint(base, dst, **fields):
+    """A checkpoint as the trainer writes it for the draft of `base` with `fields` changed (fresh
+    weights of that shape: export and serving only need the layout and the shapes)."""
+    import dataclasses
+
+    from draft_models import build_draft
+    from splitserve.checkpoint import seal, write_draft_files
+
+    old = read_draft(base)
+    cfg = dataclasses.replace(old.cfg, **fields)
+    head = load_frozen_head(old.model_dir, "cpu", torch.float32)
+    torch.manual_seed(0)
+    draft = build_draft(cfg, old.target, head)
+    staging = dst.with_name(dst.name + ".staging")
+    write_draft_files(
+        staging,
+        state_dict=draft.state_dict(),
+        draft_cfg=draft.cfg,
+        target=old.target,
+        model_dir=str(old.model_dir),
+        config_yaml=(old.path / "config.yaml").read_text(),
+        step=old.step,
+    )
+    seal(staging, dst)
+    return dst
 
 
-def sglang_parse(config_path: Path, vocab: int) -> subprocess.CompletedProcess:
-    helper = Path(__file__).with_name("_sglang_parse.py")
-    env = {**os.environ, "PYTHONPATH": str(SGLANG_SITE)}
-    return subprocess.run([sys.executable, str(helper), str(config_path), str(vocab)], capture_output=True,
-                          text=True, env=env, timeout=300)
-
-
-@needs_sglang_site
-def test_sglang_0_5_23_parses_the_exported_config(checkpoint, tmp_path):
-    """SGLang's own parse_dspark_draft_config / resolve_runtime_config read what we export."""
-    out = export(checkpoint, tmp_path / "draft")
-    res = sglang_parse(out / "config.json", 49152)
+def sglang_json(res):
     assert res.returncode == 0, res.stderr[-3000:]
-    got = json.loads(res.stdout.strip().splitlines()[-1])
-    assert got["parsed"] == {"num_hidden_layers": 1, "num_target_layers": 30, "gamma": 4, "target_layer_ids": [15],
-                             "mask_token": got["parsed"]["mask_token"], "mask_token_id": 16, "markov_rank": 16,
-                             "markov_head_type": "rnn"}
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("head", ["markov", "gated", "rnn"])
+def test_sglang_0_5_23_parses_the_exported_config(checkpoint, tmp_path, sglang_site, head):
+    """SGLang's own parse_dspark_draft_config / resolve_runtime_config read what we export, for
+    every sequential head type."""
+    from conftest import run_sglang
+
+    ckpt = variant_checkpoint(checkpoint, tmp_path / "ckpt", sequential_head=head)
+    out = export(ckpt, tmp_path / "draft")
+    got = sglang_json(run_sglang(sglang_site, "parse", out / "config.json", 49152))
+    assert got["parsed"] == {
+        "num_hidden_layers": 1,
+        "num_target_layers": 30,
+        "gamma": 4,
+        "target_layer_ids": [15],
+        "mask_token": got["parsed"]["mask_token"],
+        "mask_token_id": 16,
+        "markov_rank": 16,
+        "markov_head_type": {"markov": "vanilla", "gated": "gated", "rnn": "rnn"}[head],
+    }
     assert got["runtime"] == {"gamma": 4, "verify_num_draft_tokens": 5, "mask_token_id": 16}
     bad = json.loads((out / "config.json").read_text())
-    bad["markov_head_type"] = "bogus"  # the parser must be the real one: it rejects what SGLang cannot serve
+    bad["markov_head_type"] = "bogus"  # the parser must be the real one: it rejects this
     (tmp_path / "bad.json").write_text(json.dumps(bad))
-    res = sglang_parse(tmp_path / "bad.json", 49152)
+    res = run_sglang(sglang_site, "parse", tmp_path / "bad.json", 49152)
     assert res.returncode != 0 and "Unsupported DSpark markov_head_type='bogus'" in res.stderr
 
 
-@needs_sglang_site
-def test_exported_weight_modules_exist_in_sglang_draft_classes(checkpoint, tmp_path):
+@pytest.mark.parametrize("head", ["markov", "gated", "rnn"])
+def test_exported_weight_modules_exist_in_sglang_draft_classes(
+    checkpoint, tmp_path, sglang_site, head
+):
     """Every exported weight's owning module is an attribute SGLang 0.5.23's DSpark/DFlash draft
     classes create (read from the installed source); the stacked q/k/v and gate/up parts are
     those its loader folds into qkv_proj / gate_up_proj."""
-    source = "".join((SGLANG_SITE / "sglang" / "srt" / "models" / f).read_text() for f in ("dspark.py", "dflash.py"))
-    weights = load_file(str(export(checkpoint, tmp_path / "draft") / "model.safetensors"))
+    source = "".join(
+        (sglang_site / "sglang" / "srt" / "models" / f).read_text()
+        for f in ("dspark.py", "dflash.py")
+    )
+    ckpt = variant_checkpoint(checkpoint, tmp_path / "ckpt", sequential_head=head)
+    weights = load_file(str(export(ckpt, tmp_path / "draft") / "model.safetensors"))
+    assert all(sglang_maps(n) for n in weights), [n for n in weights if not sglang_maps(n)]
+    assert ("markov_head.gate_proj.weight" in weights) == (head == "gated")
     for name in weights:
         parts = name.split(".")
         attr = parts[-2] if parts[0] in ("markov_head", "confidence_head") else parts[0]
         if parts[0] == "layers":
-            attr = {"q_proj": "qkv_proj", "k_proj": "qkv_proj", "v_proj": "qkv_proj", "gate_proj": "gate_up_proj",
-                    "up_proj": "gate_up_proj"}.get(parts[-2], parts[-2])
+            attr = {
+                "q_proj": "qkv_proj",
+                "k_proj": "qkv_proj",
+                "v_proj": "qkv_proj",
+                "gate_proj": "gate_up_proj",
+                "up_proj": "gate_up_proj",
+            }.get(parts[-2], parts[-2])
         assert f"self.{attr} =" in source, name
+
+
+@pytest.mark.parametrize("rope,rotary_dim", [("full", 64), ("partial", 32), ("interleaved", 64)])
+def test_every_rope_variant_is_served_as_trained(
+    checkpoint, tmp_path, sglang_site, rope, rotary_dim
+):
+    """The exported config goes through transformers' AutoConfig and the attributes SGLang's
+    draft attention reads into SGLang's own get_rope; its rotation of q/k equals our trained
+    Rotary's. (A top-level partial_rotary_factor, which transformers 5.x moves into
+    rope_parameters, would come back as full RoPE over 64 dims here.)"""
+    from conftest import run_sglang
+
+    from draft_models.rope import Rotary
+
+    ckpt = variant_checkpoint(checkpoint, tmp_path / "ckpt", rope=rope)
+    out = export(ckpt, tmp_path / "draft")
+    got = sglang_json(run_sglang(sglang_site, "rope", out, tmp_path / "rot.pt"))
+    cfg = read_draft(ckpt).cfg
+    assert got["rotary_dim"] == rotary_dim and got["theta"] == cfg.rope_theta
+    assert got["is_neox_style"] == (rope != "interleaved")
+    ours = Rotary.for_variant(rope, cfg.head_dim, cfg.partial_rotary_factor, cfg.rope_theta)
+    t = torch.load(tmp_path / "rot.pt")
+    n, d = t["positions"].numel(), cfg.head_dim
+    torch.testing.assert_close(ours(t["q"].view(n, 2, d), t["positions"]).view(n, -1), t["q_rot"])
+    torch.testing.assert_close(ours(t["k"].view(n, 1, d), t["positions"]).view(n, -1), t["k_rot"])
+
+
+def test_feature_ids_sglang_cannot_capture_are_refused(checkpoint, tmp_path):
+    """-1 (the embedding output) trains, but SGLang rejects negative capture ids: export says so."""
+    ckpt = variant_checkpoint(checkpoint, tmp_path / "ckpt", target_layer_ids=[-1, 15])
+    with pytest.raises(ValueError, match=r"-1 \(the embedding output\) cannot be served"):
+        export(ckpt, tmp_path / "out")
+    assert not (tmp_path / "out").exists()

@@ -4,9 +4,15 @@ import math
 
 import pytest
 import torch
-
 from conftest import random_sample, tiny_draft
-from draft_models import DraftOutput, FrozenTargetHead, LossConfig, distillation_loss, pack_sequences
+
+from draft_models import (
+    DraftOutput,
+    FrozenTargetHead,
+    LossConfig,
+    distillation_loss,
+    pack_sequences,
+)
 from draft_models.packing import PackedBatch, TokenIndex
 
 
@@ -16,11 +22,17 @@ def hand_batch(p_draft, p_target, labels):
     head = FrozenTargetHead(torch.eye(v), torch.eye(v))
     empty = torch.zeros(0, dtype=torch.long)
     batch = PackedBatch(
-        ctx_features=torch.zeros(0, v), ctx_input_ids=empty, ctx_index=TokenIndex(empty, empty, empty, empty),
-        block_input_ids=torch.zeros(n, g, dtype=torch.long), block_seq=torch.zeros(n, dtype=torch.long),
-        block_anchor=torch.ones(n, dtype=torch.long), anchor_ctx_row=torch.zeros(n, dtype=torch.long),
-        prev_tokens=torch.zeros(n, g, dtype=torch.long), labels=labels,
-        label_mask=torch.ones(n, g, dtype=torch.bool), target_hidden=p_target.log(),
+        ctx_features=torch.zeros(0, v),
+        ctx_input_ids=empty,
+        ctx_index=TokenIndex(empty, empty, empty, empty),
+        block_input_ids=torch.zeros(n, g, dtype=torch.long),
+        block_seq=torch.zeros(n, dtype=torch.long),
+        block_anchor=torch.ones(n, dtype=torch.long),
+        anchor_ctx_row=torch.zeros(n, dtype=torch.long),
+        prev_tokens=torch.zeros(n, g, dtype=torch.long),
+        labels=labels,
+        label_mask=torch.ones(n, g, dtype=torch.bool),
+        target_hidden=p_target.log(),
     )
     return head, batch
 
@@ -54,8 +66,10 @@ def test_tv_cstar_ce_and_bce_match_hand_computation():
 
 def test_forward_kl_option():
     head, batch = hand_batch(P_D, P_T, LABELS)
-    res = distillation_loss(DraftOutput(hidden=P_D.log()), batch, head, LossConfig(divergence="forward_kl"))
-    kl0 = sum(t * math.log(t / d) for t, d in zip([0.2, 0.3, 0.5], [0.5, 0.3, 0.2]))
+    res = distillation_loss(
+        DraftOutput(hidden=P_D.log()), batch, head, LossConfig(divergence="forward_kl")
+    )
+    kl0 = sum(t * math.log(t / d) for t, d in zip([0.2, 0.3, 0.5], [0.5, 0.3, 0.2], strict=True))
     w1 = math.exp(-1 / 4)
     assert res.parts["distill"] == pytest.approx(kl0 / (1 + w1), abs=1e-6)
 
@@ -65,7 +79,9 @@ def test_confidence_label_carries_no_gradient():
     hidden = P_D.log().clone().requires_grad_(True)
     conf_logit = torch.zeros(1, 2, requires_grad=True)
     cfg = LossConfig(ce_weight=0.0, distill_weight=0.0, confidence_weight=1.0)
-    distillation_loss(DraftOutput(hidden=hidden, confidence_logit=conf_logit), batch, head, cfg).loss.backward()
+    distillation_loss(
+        DraftOutput(hidden=hidden, confidence_logit=conf_logit), batch, head, cfg
+    ).loss.backward()
     assert hidden.grad is None or torch.count_nonzero(hidden.grad) == 0  # c* is a constant label
     w = torch.tensor([1.0, math.exp(-1 / 4)])
     expected = (torch.sigmoid(conf_logit.detach()) - torch.tensor([0.7, 1.0])) * w / w.sum()
@@ -82,8 +98,14 @@ def test_masked_positions_do_not_count():
 
 def _train_batch(model):
     samples = [random_sample(40, seed=1), random_sample(33, seed=2)]
-    return pack_sequences(samples, num_anchors=6, block_size=model.cfg.block_size, num_slots=model.cfg.num_slots,
-                          mask_token_id=model.cfg.mask_token_id, seed=0)
+    return pack_sequences(
+        samples,
+        num_anchors=6,
+        block_size=model.cfg.block_size,
+        num_slots=model.cfg.num_slots,
+        mask_token_id=model.cfg.mask_token_id,
+        seed=0,
+    )
 
 
 def _loss(model, batch, chunk_rows=256):
@@ -106,7 +128,7 @@ def test_chunking_does_not_change_loss_or_gradients():
         grads.append((res.loss.item(), [p.grad.clone() for p in model.parameters()]))
     for loss, g in grads[1:]:
         assert loss == pytest.approx(grads[0][0], rel=1e-6)
-        for a, b in zip(g, grads[0][1]):
+        for a, b in zip(g, grads[0][1], strict=True):
             torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
 
 

@@ -1,9 +1,10 @@
-"""Anchor sampling, packing, and the no-leakage / packing-invariance guarantees of every draft kind."""
+"""Anchor sampling, packing, and the no-leakage / packing-invariance guarantees of every draft
+kind."""
 
 import pytest
 import torch
-
 from conftest import VARIANTS, random_sample, replace_sample, tiny_draft
+
 from draft_models import pack_blocks, pack_sequences, sample_anchors
 from draft_models.packing import anchor_candidates
 
@@ -12,8 +13,13 @@ ALL = sorted(VARIANTS)
 
 def pack(model, samples, anchors):
     cfg = model.cfg
-    return pack_blocks(samples, anchors, block_size=cfg.block_size, num_slots=cfg.num_slots,
-                       mask_token_id=cfg.mask_token_id)
+    return pack_blocks(
+        samples,
+        anchors,
+        block_size=cfg.block_size,
+        num_slots=cfg.num_slots,
+        mask_token_id=cfg.mask_token_id,
+    )
 
 
 def outputs(model, batch, backend="sdpa"):
@@ -27,9 +33,11 @@ def outputs(model, batch, backend="sdpa"):
     return torch.cat(parts, 1)
 
 
-def test_anchor_candidates_are_positions_whose_next_token_is_trained():
+def test_anchor_candidates_are_emitted_tokens_whose_next_token_is_trained():
+    """As DeepSpec: loss_mask[p] and loss_mask[p + 1]. The last prompt token (p = 2, p = 5) is no
+    anchor: serving anchors its first block on the first generated token."""
     mask = torch.tensor([0, 0, 0, 1, 1, 0, 1, 1], dtype=torch.bool)
-    assert anchor_candidates(mask).tolist() == [2, 3, 5, 6]
+    assert anchor_candidates(mask).tolist() == [3, 6]
 
 
 def test_anchor_sampling_is_seeded_bounded_and_sorted():
@@ -41,15 +49,33 @@ def test_anchor_sampling_is_seeded_bounded_and_sorted():
     assert a.tolist() == b.tolist() and a.tolist() != c.tolist()
     assert a.numel() == 16 and a.tolist() == sorted(set(a.tolist()))
     assert set(a.tolist()) <= set(anchor_candidates(mask).tolist())
-    assert sample_anchors(mask[:60], 512, torch.Generator()).numel() == 10  # p = 49..58: fewer candidates than asked
+    assert (
+        sample_anchors(mask[:60], 512, torch.Generator()).numel() == 9
+    )  # p = 50..58: fewer candidates than asked
 
 
 def test_packed_layout_scales_with_anchors_not_context():
     s = random_sample(4000, assistant_from=3900)
     batch = pack_sequences([s], num_anchors=8, block_size=4, num_slots=4, mask_token_id=0, seed=0)
     assert batch.num_blocks == 8
-    assert batch.ctx_features.shape[0] == int(batch.block_anchor.max())  # context stops at the last anchor
+    assert batch.ctx_features.shape[0] == int(
+        batch.block_anchor.max()
+    )  # context stops at the last anchor
     assert batch.block_input_ids.shape == (8, 4)
+
+
+def test_a_block_crossing_a_user_turn_stops_supervision_there():
+    """Multi-turn: assistant 3..6, user 7..9, assistant 10..15. A block anchored at 5 has labels
+    6..11: 6 is supervised, 7 (user) ends the block's supervision, and 10, 11 stay unsupervised
+    although they are assistant tokens again (DeepSpec's cumulative mask)."""
+    s = random_sample(16, assistant_from=3)
+    mask = s.loss_mask.clone()
+    mask[7:10] = False
+    s = replace_sample(s, loss_mask=mask)
+    batch = pack_blocks([s], [torch.tensor([5])], block_size=6, num_slots=6, mask_token_id=96)
+    assert batch.labels[0].tolist() == s.input_ids[6:12].tolist()
+    assert batch.label_mask[0].tolist() == [True, False, False, False, False, False]
+    assert not batch.target_hidden[0, 1:].any()  # no target state enters the loss after the gap
 
 
 def test_labels_and_teacher_forced_previous_tokens():
@@ -59,7 +85,12 @@ def test_labels_and_teacher_forced_previous_tokens():
     assert batch.block_input_ids[0].tolist() == [ids[4].item(), 96, 96, 96]
     assert batch.labels[0].tolist() == ids[5:9].tolist()
     assert batch.prev_tokens[0].tolist() == ids[4:8].tolist()
-    assert batch.label_mask[1].tolist() == [True, True, False, False]  # positions 10, 11 exist; 12, 13 don't
+    assert batch.label_mask[1].tolist() == [
+        True,
+        True,
+        False,
+        False,
+    ]  # positions 10, 11 exist; 12, 13 don't
     torch.testing.assert_close(batch.target_hidden[0], s.final_hidden[4:8])
 
 
@@ -71,8 +102,14 @@ def test_malformed_samples_are_reported():
     with pytest.raises(ValueError, match="anchors must lie in"):
         pack_blocks([s], [torch.tensor([11])], block_size=4, num_slots=4, mask_token_id=0)
     with pytest.raises(ValueError, match="no anchors"):
-        pack_sequences([random_sample(12, assistant_from=12)], num_anchors=4, block_size=4, num_slots=4,
-                       mask_token_id=0, seed=0)
+        pack_sequences(
+            [random_sample(12, assistant_from=12)],
+            num_anchors=4,
+            block_size=4,
+            num_slots=4,
+            mask_token_id=0,
+            seed=0,
+        )
 
 
 @pytest.mark.parametrize("variant", ALL)
@@ -84,7 +121,12 @@ def test_no_leak_from_target_states_at_or_after_the_anchor(variant):
     p = 12
     future = s.aux_hidden.clone()
     future[p:] = torch.randn_like(future[p:]) * 5
-    changed = outputs(model, pack(model, [replace_sample(s, aux_hidden=future, final_hidden=s.final_hidden * 3)], anchors))
+    changed = outputs(
+        model,
+        pack(
+            model, [replace_sample(s, aux_hidden=future, final_hidden=s.final_hidden * 3)], anchors
+        ),
+    )
     torch.testing.assert_close(changed[:2], base[:2], rtol=0, atol=0)  # blocks anchored at 6 and 12
     assert not torch.allclose(changed[2], base[2])  # the block at 20 does see positions 12..19
     past = s.aux_hidden.clone()
@@ -110,16 +152,23 @@ def test_packed_equals_per_sequence(variant):
     model = tiny_draft(variant).double()
     model.target_head = model.target_head.to(dtype=torch.float64)
     samples = [random_sample(n, seed=i) for i, n in enumerate((18, 40, 27))]
-    samples = [replace_sample(s, aux_hidden=s.aux_hidden.double(), final_hidden=s.final_hidden.double()) for s in samples]
+    samples = [
+        replace_sample(s, aux_hidden=s.aux_hidden.double(), final_hidden=s.final_hidden.double())
+        for s in samples
+    ]
     anchors = [torch.tensor([3, 9]), torch.tensor([4, 17, 30, 35]), torch.tensor([10])]
     packed = outputs(model, pack(model, samples, anchors))
-    alone = torch.cat([outputs(model, pack(model, [s], [a])) for s, a in zip(samples, anchors)])
+    alone = torch.cat(
+        [outputs(model, pack(model, [s], [a])) for s, a in zip(samples, anchors, strict=True)]
+    )
     torch.testing.assert_close(packed, alone, rtol=1e-5, atol=1e-5)
     # fp32, the tolerance the spec asks for
     model32 = tiny_draft(variant)
     samples32 = [random_sample(n, seed=i) for i, n in enumerate((18, 40, 27))]
     packed32 = outputs(model32, pack(model32, samples32, anchors))
-    alone32 = torch.cat([outputs(model32, pack(model32, [s], [a])) for s, a in zip(samples32, anchors)])
+    alone32 = torch.cat(
+        [outputs(model32, pack(model32, [s], [a])) for s, a in zip(samples32, anchors, strict=True)]
+    )
     torch.testing.assert_close(packed32, alone32, rtol=1e-5, atol=1e-5)
 
 
@@ -128,9 +177,12 @@ def test_packed_equals_per_sequence(variant):
 def test_flex_attention_agrees_with_sdpa(variant):
     model = tiny_draft(variant)
     samples = [random_sample(n, seed=i) for i, n in enumerate((22, 35))]
-    batch = pack_sequences(samples, num_anchors=4, block_size=4, num_slots=model.cfg.num_slots,
-                           mask_token_id=0, seed=3)
-    torch.testing.assert_close(outputs(model, batch, "flex"), outputs(model, batch, "sdpa"), rtol=1e-4, atol=1e-5)
+    batch = pack_sequences(
+        samples, num_anchors=4, block_size=4, num_slots=model.cfg.num_slots, mask_token_id=0, seed=3
+    )
+    torch.testing.assert_close(
+        outputs(model, batch, "flex"), outputs(model, batch, "sdpa"), rtol=1e-4, atol=1e-5
+    )
 
 
 def test_sliding_window_hides_context_beyond_the_window():
@@ -140,8 +192,14 @@ def test_sliding_window_hides_context_beyond_the_window():
     base = outputs(model, pack(model, [s], anchors))
     far = s.aux_hidden.clone()
     far[:11] += 3.0  # query positions 20..23 see keys with pos > 23 - 6 at most... never pos <= 14
-    torch.testing.assert_close(outputs(model, pack(model, [replace_sample(s, aux_hidden=far)], anchors)), base,
-                               rtol=0, atol=0)
+    torch.testing.assert_close(
+        outputs(model, pack(model, [replace_sample(s, aux_hidden=far)], anchors)),
+        base,
+        rtol=0,
+        atol=0,
+    )
     near = s.aux_hidden.clone()
     near[19] += 3.0
-    assert not torch.allclose(outputs(model, pack(model, [replace_sample(s, aux_hidden=near)], anchors)), base)
+    assert not torch.allclose(
+        outputs(model, pack(model, [replace_sample(s, aux_hidden=near)], anchors)), base
+    )

@@ -31,9 +31,15 @@ def test_packages_import():
 def test_main_command_is_the_trainer_on_the_embedded_default(tmp_path):
     main = setup_commands()[0].split("&&")[-1].strip()
     assert main == ".venv/bin/python -m splitserve.train"
-    # Compose its configuration exactly as that command does (Hydra's --cfg job prints, runs nothing).
-    out = subprocess.run([sys.executable, "-m", "splitserve.train", "--cfg", "job"], cwd=ROOT, capture_output=True,
-                         text=True, timeout=120)
+    # Compose its configuration exactly as that command does (Hydra's --cfg job prints, runs
+    # nothing).
+    out = subprocess.run(
+        [sys.executable, "-m", "splitserve.train", "--cfg", "job"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     assert "recipe: smol" in out.stdout and "kind: smollm2" in out.stdout
 

@@ -1,11 +1,21 @@
-"""Drafts built from real transformers targets (tiny random configs), trained on their hidden states."""
+"""Drafts built from real transformers targets (tiny random configs), trained on their hidden
+states."""
 
 import pytest
 import torch
-from transformers import AutoModelForCausalLM, BailingHybridConfig, LlamaConfig
+from conftest import llama_config
+from transformers import AutoModelForCausalLM, BailingHybridConfig
 
-from draft_models import DraftConfig, FrozenTargetHead, LossConfig, SequenceSample, TargetSpec, build_draft
-from draft_models import distillation_loss, pack_sequences
+from draft_models import (
+    DraftConfig,
+    FrozenTargetHead,
+    LossConfig,
+    SequenceSample,
+    TargetSpec,
+    build_draft,
+    distillation_loss,
+    pack_sequences,
+)
 
 
 def target_samples(model, layer_ids, lengths, seed=0):
@@ -21,8 +31,10 @@ def target_samples(model, layer_ids, lengths, seed=0):
         final = hs[-1][0]
         torch.testing.assert_close(model.lm_head(final), out.logits[0], rtol=1e-4, atol=1e-4)
         mask = torch.zeros(n, dtype=torch.bool)
-        mask[n // 3:] = True
-        samples.append(SequenceSample(ids[0], mask, torch.cat([hs[i + 1][0] for i in layer_ids], -1), final))
+        mask[n // 3 :] = True
+        samples.append(
+            SequenceSample(ids[0], mask, torch.cat([hs[i + 1][0] for i in layer_ids], -1), final)
+        )
     return samples
 
 
@@ -32,8 +44,14 @@ def train_steps(target_model, draft_cfg, steps, lengths=(48, 64)):
     torch.manual_seed(0)
     draft = build_draft(draft_cfg, spec, head)
     samples = target_samples(target_model, draft.cfg.target_layer_ids, lengths)
-    batch = pack_sequences(samples, num_anchors=8, block_size=draft.cfg.block_size, num_slots=draft.cfg.num_slots,
-                           mask_token_id=draft.cfg.mask_token_id, seed=0)
+    batch = pack_sequences(
+        samples,
+        num_anchors=8,
+        block_size=draft.cfg.block_size,
+        num_slots=draft.cfg.num_slots,
+        mask_token_id=draft.cfg.mask_token_id,
+        seed=0,
+    )
     opt = torch.optim.AdamW(draft.parameters(), lr=2e-3)
     losses = []
     for _ in range(steps):
@@ -48,27 +66,43 @@ def train_steps(target_model, draft_cfg, steps, lengths=(48, 64)):
 
 
 def test_llama_target_drafts_train():
-    cfg = LlamaConfig(hidden_size=64, num_hidden_layers=6, num_attention_heads=4, num_key_value_heads=2,
-                      intermediate_size=128, vocab_size=256, tie_word_embeddings=True)
+    cfg = llama_config(
+        hidden_size=64,
+        num_hidden_layers=6,
+        intermediate_size=128,
+        vocab_size=256,
+        tie_word_embeddings=True,
+    )
     torch.manual_seed(0)
     target = AutoModelForCausalLM.from_config(cfg).eval()
-    for draft_cfg in (DraftConfig(num_layers=2, block_size=4, markov_rank=16),
-                      DraftConfig(arch="dflash", num_layers=2, block_size=4, sequential_head="none",
-                                  confidence_head=False, loss=LossConfig(ce_weight=1.0, distill_weight=0.0))):
+    for draft_cfg in (
+        DraftConfig(num_layers=2, block_size=4, markov_rank=16),
+        DraftConfig(
+            arch="dflash",
+            num_layers=2,
+            block_size=4,
+            sequential_head="none",
+            confidence_head=False,
+            loss=LossConfig(ce_weight=1.0, distill_weight=0.0),
+        ),
+    ):
         draft, losses = train_steps(target, draft_cfg, steps=25)
         assert draft.cfg.target_layer_ids == [1, 3]  # DFlash rule on a 6-layer target
         assert losses[-1] < losses[0]
         # tied embeddings: the draft shares the very tensor, not a copy
-        assert draft.target_head.embed_weight.data_ptr() == target.model.embed_tokens.weight.data_ptr()
+        assert (
+            draft.target_head.embed_weight.data_ptr() == target.model.embed_tokens.weight.data_ptr()
+        )
 
 
 def tiny_ling_config():
+    """The ling3-mini shape (splitserve.target.embedded.LING3_MINI) with a 300-token vocabulary."""
+    from splitserve.target.embedded import LING3_MINI
+
     return BailingHybridConfig(
-        vocab_size=300, hidden_size=64, intermediate_size=96, moe_intermediate_size=32, num_hidden_layers=6,
-        num_attention_heads=4, num_key_value_heads=4, kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8,
-        v_head_dim=16, head_dim=16, linear_num_heads=4, linear_head_dim=16, num_experts=4,
-        num_experts_per_token=2, num_expert_group=1, topk_group=1, first_k_dense_replace=1,
-        layer_group_size=3, pad_token_id=299, eos_token_id=298,
+        **{**LING3_MINI, "vocab_size": 300, "intermediate_size": 96},
+        pad_token_id=299,
+        eos_token_id=298,
     )
 
 
@@ -78,8 +112,13 @@ def test_ling3_mini_target_drafts_train(attention):
     target = AutoModelForCausalLM.from_config(tiny_ling_config()).eval()
     spec = TargetSpec.from_hf_config(target.config)
     assert spec.model_type == "bailing_hybrid" and spec.kv_lora_rank == 32
-    draft, losses = train_steps(target, DraftConfig(num_layers=1, block_size=4, markov_rank=16,
-                                                    attention=attention, rope="interleaved"), steps=10,
-                                lengths=(32, 40))
+    draft, losses = train_steps(
+        target,
+        DraftConfig(
+            num_layers=1, block_size=4, markov_rank=16, attention=attention, rope="interleaved"
+        ),
+        steps=10,
+        lengths=(32, 40),
+    )
     assert draft.cfg.mask_token_id == 299  # the target's pad token
     assert losses[-1] < losses[0]

@@ -39,7 +39,9 @@ def test_interleaved_equals_half_split_up_to_a_fixed_permutation():
     assert not torch.allclose(inter, rotate(Rotary.for_variant("full", DIM, 1.0, THETA), x, pos))
 
 
-@pytest.mark.parametrize("variant,factor", [("full", 1.0), ("partial", 0.5), ("interleaved", 1.0), ("none", 1.0)])
+@pytest.mark.parametrize(
+    "variant,factor", [("full", 1.0), ("partial", 0.5), ("interleaved", 1.0), ("none", 1.0)]
+)
 def test_dot_product_depends_only_on_relative_distance(variant, factor):
     r = Rotary.for_variant(variant, DIM, factor, THETA)
     q, k = rand(1, 4, DIM, seed=1), rand(1, 4, DIM, seed=2)
@@ -49,7 +51,9 @@ def test_dot_product_depends_only_on_relative_distance(variant, factor):
 
     for m, n in [(5, 2), (40, 1), (3, 3), (0, 9)]:
         for shift in (1, 17, 1000):
-            torch.testing.assert_close(score(m + shift, n + shift), score(m, n), rtol=1e-9, atol=1e-9)
+            torch.testing.assert_close(
+                score(m + shift, n + shift), score(m, n), rtol=1e-9, atol=1e-9
+            )
     if variant != "none":
         assert not torch.allclose(score(5, 2), score(6, 2))  # the distance itself does matter
 

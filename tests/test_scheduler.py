@@ -1,9 +1,11 @@
-"""Verify-length scheduling: hand-computed cases, R > 1, causality, monotonicity in the SPS table."""
+"""Verify-length scheduling: hand-computed cases, R > 1, causality, monotonicity in the SPS
+table."""
 
 import json
 
 import pytest
 import torch
+from conftest import llama_config
 
 from serving.scheduler import SchedulerConfig, prefix_schedule, schedule
 from serving.sps import SpsTable
@@ -46,7 +48,9 @@ def test_monotone_in_the_sps_table():
         widths = list(range(1, r * (gamma + 1) + 1))
         drops = torch.rand(len(widths), generator=g) * 0.3
         rates = torch.cumprod(1 - drops, 0) * 100
-        flatter = torch.cumprod(1 - drops * torch.rand(len(widths), generator=g), 0) * 100  # smaller drops
+        flatter = (
+            torch.cumprod(1 - drops * torch.rand(len(widths), generator=g), 0) * 100
+        )  # smaller drops
         base = sum(prefix_schedule(a, SpsTable(widths, rates.tolist(), widths[-1])))
         more = sum(prefix_schedule(a, SpsTable(widths, flatter.tolist(), widths[-1])))
         assert more >= base
@@ -76,14 +80,31 @@ def test_sps_table_file_round_trip_and_floor_lookup(tmp_path):
     assert [loaded(w) for w in (1, 3, 4, 15, 16, 99)] == [100.0, 100.0, 90.0, 90.0, 50.0, 50.0]
 
 
-@pytest.mark.parametrize("content,match", [
-    ("{", "not valid JSON"),
-    ('{"sample_batch_tokens": [1]}', "expected exactly the keys"),
-    ('{"sample_batch_tokens": [4, 2], "sample_steps_per_sec": [1, 1], "max_batch_tokens": 4}', "strictly increasing"),
-    ('{"sample_batch_tokens": [1, 2], "sample_steps_per_sec": [1], "max_batch_tokens": 4}', "2 sample_batch_tokens but 1"),
-    ('{"sample_batch_tokens": [1], "sample_steps_per_sec": [0], "max_batch_tokens": 4}', "must all be > 0"),
-    ('{"sample_batch_tokens": [1, 8], "sample_steps_per_sec": [1, 1], "max_batch_tokens": 4}', "max_batch_tokens=4"),
-])
+@pytest.mark.parametrize(
+    "content,match",
+    [
+        ("{", "not valid JSON"),
+        ('{"sample_batch_tokens": [1]}', "expected exactly the keys"),
+        (
+            '{"sample_batch_tokens": [4, 2], "sample_steps_per_sec": [1, 1], "max_batch_tokens": '
+            "4}",
+            "strictly increasing",
+        ),
+        (
+            '{"sample_batch_tokens": [1, 2], "sample_steps_per_sec": [1], "max_batch_tokens": 4}',
+            "2 sample_batch_tokens but 1",
+        ),
+        (
+            '{"sample_batch_tokens": [1], "sample_steps_per_sec": [0], "max_batch_tokens": 4}',
+            "must all be > 0",
+        ),
+        (
+            '{"sample_batch_tokens": [1, 8], "sample_steps_per_sec": [1, 1], "max_batch_tokens": '
+            "4}",
+            "max_batch_tokens=4",
+        ),
+    ],
+)
 def test_malformed_sps_files_are_named(tmp_path, content, match):
     path = tmp_path / "sps.json"
     path.write_text(content)
@@ -92,20 +113,47 @@ def test_malformed_sps_files_are_named(tmp_path, content, match):
     assert str(path) in str(err.value)
 
 
-def test_profile_sps_writes_a_table_sglang_can_read(tmp_path, capsys):
-    from transformers import AutoModelForCausalLM, LlamaConfig
+def test_profile_sps_writes_a_table_sglang_can_read(tmp_path, capfd):
+    import warnings
+
+    from transformers import AutoModelForCausalLM
 
     from serving.profile_sps import main as profile_main
 
     target = tmp_path / "tiny"
-    AutoModelForCausalLM.from_config(LlamaConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                                                 intermediate_size=64, vocab_size=100)).save_pretrained(target)
+    AutoModelForCausalLM.from_config(
+        llama_config(num_hidden_layers=2, num_key_value_heads=4)
+    ).save_pretrained(target)
     out = tmp_path / "sps.json"
-    assert profile_main(["--out", str(out), "--target", str(target), "--widths", "1", "2", "4", "--context", "16",
-                         "--repeats", "2"]) == 0
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")  # pytest ignores FutureWarning; the CLI's user sees them
+        code = profile_main(
+            [
+                "--out",
+                str(out),
+                "--target",
+                str(target),
+                "--widths",
+                "1",
+                "2",
+                "4",
+                "--context",
+                "16",
+                "--repeats",
+                "2",
+            ]
+        )
+    assert code == 0
+    assert not [
+        w for w in caught if "past_key_values" in str(w.message)
+    ]  # the cache's current name
     table = SpsTable.load(out)
     assert table.sample_batch_tokens == [1, 2, 4] and table.max_batch_tokens == 4
     assert all(r > 0 for r in table.sample_steps_per_sec)
-    assert set(json.loads(out.read_text())) == {"sample_batch_tokens", "sample_steps_per_sec", "max_batch_tokens"}
+    assert set(json.loads(out.read_text())) == {
+        "sample_batch_tokens",
+        "sample_steps_per_sec",
+        "max_batch_tokens",
+    }
     assert profile_main(["--out", str(out), "--target", str(target), "--widths", "4", "2"]) == 2
-    assert "strictly increasing" in capsys.readouterr().err
+    assert "strictly increasing" in capfd.readouterr().err

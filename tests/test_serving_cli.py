@@ -1,19 +1,22 @@
 """serving.evaluate and serving.calibrate on real (1-step) checkpoints of the embedded target."""
 
 import json
+from pathlib import Path
 
 import pytest
+from test_training import TINY, compose_cfg
 
 from draft_models.sts import read_temperatures
 from serving.benchmarks import load_bench
 from serving.calibrate import main as calibrate_main
 from serving.evaluate import main as evaluate_main
 from splitserve.train import run
-from test_training import TINY, compose_cfg
 
 
 def one_step_checkpoint(run_dir, *extra):
-    return run(compose_cfg(TINY + ["train.steps=1", "train.checkpoint_every=1", *extra]), run_dir)["checkpoint"]
+    return run(compose_cfg(TINY + ["train.steps=1", "train.checkpoint_every=1", *extra]), run_dir)[
+        "checkpoint"
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -23,13 +26,30 @@ def dspark_ckpt(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def eagle3_ckpt(tmp_path_factory):
-    return one_step_checkpoint(tmp_path_factory.mktemp("eagle3"), "draft=eagle3", "draft.block_size=3")
+    return one_step_checkpoint(
+        tmp_path_factory.mktemp("eagle3"), "draft=eagle3", "draft.block_size=3"
+    )
 
 
 def test_evaluate_writes_the_report_and_plot(dspark_ckpt, tmp_path, capsys):
-    rc = evaluate_main(["--checkpoint", str(dspark_ckpt), "--bench", "gsm8k,humaneval", "--limit", "1",
-                        "--max-new-tokens", "12", "--scheduler", "threshold", "--threshold", "0.05",
-                        "--out", str(tmp_path)])
+    rc = evaluate_main(
+        [
+            "--checkpoint",
+            str(dspark_ckpt),
+            "--bench",
+            "gsm8k,humaneval",
+            "--limit",
+            "1",
+            "--max-new-tokens",
+            "12",
+            "--scheduler",
+            "threshold",
+            "--threshold",
+            "0.05",
+            "--out",
+            str(tmp_path),
+        ]
+    )
     assert rc == 0
     printed = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [r["bench"] for r in printed] == ["gsm8k", "humaneval"]
@@ -44,8 +64,22 @@ def test_evaluate_writes_the_report_and_plot(dspark_ckpt, tmp_path, capsys):
 
 
 def test_evaluate_decodes_eagle3_with_sampling(eagle3_ckpt, tmp_path, capsys):
-    rc = evaluate_main(["--checkpoint", str(eagle3_ckpt), "--bench", "gsm8k", "--limit", "1",
-                        "--max-new-tokens", "10", "--temperature", "1.0", "--out", str(tmp_path)])
+    rc = evaluate_main(
+        [
+            "--checkpoint",
+            str(eagle3_ckpt),
+            "--bench",
+            "gsm8k",
+            "--limit",
+            "1",
+            "--max-new-tokens",
+            "10",
+            "--temperature",
+            "1.0",
+            "--out",
+            str(tmp_path),
+        ]
+    )
     assert rc == 0
     report = json.loads(capsys.readouterr().out.splitlines()[0])
     assert report["block_size"] == 3 and "identical_to_target_only" not in report
@@ -54,18 +88,29 @@ def test_evaluate_decodes_eagle3_with_sampling(eagle3_ckpt, tmp_path, capsys):
 
 def test_calibrate_writes_sglang_sts_from_held_out_prompts(dspark_ckpt, tmp_path, capsys):
     out = tmp_path / "sts.json"
-    assert calibrate_main(["--checkpoint", str(dspark_ckpt), "--out", str(out), "--max-new-tokens", "24"]) == 0
+    assert (
+        calibrate_main(
+            ["--checkpoint", str(dspark_ckpt), "--out", str(out), "--max-new-tokens", "24"]
+        )
+        == 0
+    )
     text = capsys.readouterr().out
     assert "ECE before" in text and text.count("\n") >= 6
     data = json.loads(out.read_text())
     assert data["dataset"] == "held-out" and data["num_samples"] >= 1
+    rows = [line for line in text.splitlines() if line[:3].strip().isdigit()]
+    assert len(rows) == 4 and all(r.endswith("fitted") or "kept T=1.0:" in r for r in rows)
+    for row, t in zip(rows, data["temperatures"], strict=True):  # a kept position is exactly 1.0
+        assert ("kept T=1.0" not in row) or t == 1.0
     assert len(read_temperatures(out, 4)) == 4 and len(data["ece_after"]) == 4
 
 
 def test_serving_cli_errors(dspark_ckpt, eagle3_ckpt, tmp_path, capsys, monkeypatch):
     assert evaluate_main(["--checkpoint", str(dspark_ckpt), "--bench", "nope"]) == 2
     assert "unknown benchmark 'nope'" in capsys.readouterr().err
-    assert calibrate_main(["--checkpoint", str(eagle3_ckpt), "--out", str(tmp_path / "s.json")]) == 2
+    assert (
+        calibrate_main(["--checkpoint", str(eagle3_ckpt), "--out", str(tmp_path / "s.json")]) == 2
+    )
     assert "no confidence head" in capsys.readouterr().err and not (tmp_path / "s.json").exists()
     assert evaluate_main(["--checkpoint", str(tmp_path), "--bench", "gsm8k"]) == 2
     assert "not a complete SplitServe checkpoint" in capsys.readouterr().err
@@ -83,3 +128,183 @@ def test_benchmarks_load_from_their_packages():
     he = load_bench("humaneval", 2)
     assert len(he) == 2 and "def " in he[0][0]
     assert len(load_bench("gsm8k")) == 500
+
+
+def _refused(main, argv, capsys) -> str:
+    """argparse's refusal: exit code 2 and the message on stderr."""
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    return capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "module,argv,message",
+    [
+        (
+            "generate",
+            ["--max-new-tokens", "-5"],
+            "argument --max-new-tokens: -5 is out of range: allowed an integer >= 1",
+        ),
+        ("generate", ["--max-new-tokens", "0"], "argument --max-new-tokens: 0 is out of range"),
+        (
+            "generate",
+            ["--block-size", "0"],
+            "argument --block-size: 0 is out of range: allowed an integer >= 1",
+        ),
+        ("generate", ["--block-size", "-3"], "argument --block-size: -3 is out of range"),
+        (
+            "generate",
+            ["--temperature", "-1"],
+            "argument --temperature: -1 is out of range: allowed a number >= 0",
+        ),
+        (
+            "generate",
+            ["--threshold", "1.5"],
+            "argument --threshold: 1.5 is out of range: allowed a number in [0, 1]",
+        ),
+        ("generate", ["--verify-widths", "0", "5"], "argument --verify-widths: 0 is out of range"),
+        ("generate", ["--seed", "x"], "argument --seed: 'x' is not an integer >= 0"),
+        ("evaluate", ["--limit", "0"], "argument --limit: 0 is out of range"),
+        ("calibrate", ["--out", "s.json", "--limit", "0"], "argument --limit: 0 is out of range"),
+        (
+            "calibrate",
+            ["--out", "s.json", "--min-per-class", "0"],
+            "argument --min-per-class: 0 is out of range",
+        ),
+        (
+            "calibrate",
+            ["--out", "s.json", "--scheduler", "prefix"],
+            "unrecognized arguments: --scheduler prefix",
+        ),
+        (
+            "calibrate",
+            ["--out", "s.json", "--block-size", "2"],
+            "unrecognized arguments: --block-size 2",
+        ),
+    ],
+)
+def test_out_of_range_numbers_and_flags_that_do_not_apply_are_refused(
+    module, argv, message, capsys
+):
+    import importlib
+
+    main = importlib.import_module(f"serving.{module}").main
+    err = _refused(
+        main,
+        ["--checkpoint", "unused", "--prompt", "p"][: 2 if module != "generate" else 4] + argv,
+        capsys,
+    )
+    assert message in err and f"usage: python -m serving.{module}" in err
+
+
+def test_other_clis_refuse_out_of_range_numbers(capsys):
+    from serving.ablation_report import main as report_main
+    from serving.launch import main as launch_main
+    from serving.profile_sps import main as profile_main
+
+    assert "argument --widths: 0 is out of range" in _refused(
+        profile_main, ["--out", "x", "--widths", "0", "4"], capsys
+    )
+    assert "argument --context: 0 is out of range" in _refused(
+        profile_main, ["--out", "x", "--context", "0"], capsys
+    )
+    assert "argument --port: 70000 is out of range: allowed an integer in [1, 65535]" in _refused(
+        launch_main, ["--target", "t", "--draft", "d", "--port", "70000"], capsys
+    )
+    assert "argument --tp-size: 0 is out of range" in _refused(
+        launch_main, ["--target", "t", "--draft", "d", "--tp-size", "0"], capsys
+    )
+    assert "argument --temperature: -1 is out of range" in _refused(
+        report_main, ["s", "--out", "o", "--temperature", "-1"], capsys
+    )
+
+
+@pytest.mark.parametrize(
+    "module",
+    ["generate", "evaluate", "calibrate", "profile_sps", "export", "launch", "ablation_report"],
+)
+def test_every_flag_has_help_and_the_usage_names_the_module(module, capsys):
+    import importlib
+
+    main = importlib.import_module(f"serving.{module}").main
+    with pytest.raises(SystemExit) as exc:
+        main(["--help"])
+    assert exc.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"usage: python -m serving.{module}")
+    parser_flags = [line.split()[0] for line in out.splitlines() if line.startswith("  --")]
+    assert parser_flags, out
+    for line in out.split("\n  --")[1:]:  # every option's entry carries words after its name
+        assert len(line.split()) >= 2, line
+
+
+def test_a_block_size_above_the_trained_one_names_the_range(dspark_ckpt, capsys):
+    from serving.generate import main as generate_main
+
+    assert (
+        generate_main(["--checkpoint", str(dspark_ckpt), "--prompt", "hi", "--block-size", "9"])
+        == 2
+    )
+    assert (
+        "block_size=9 is larger than the draft was trained for; allowed 1..4"
+        in capsys.readouterr().err
+    )
+
+
+def test_a_run_directory_takes_its_newest_complete_checkpoint(dspark_ckpt, capsys):
+    from serving.generate import main as generate_main
+
+    run_dir = Path(dspark_ckpt).parent.parent
+    assert (
+        generate_main(
+            [
+                "--checkpoint",
+                str(run_dir),
+                "--prompt",
+                "What is 2 + 2?",
+                "--max-new-tokens",
+                "4",
+                "--json",
+            ]
+        )
+        == 0
+    )
+    out = capsys.readouterr()
+    assert f"using {dspark_ckpt} (the newest complete checkpoint of {run_dir})" in out.err
+    assert len(json.loads(out.out)["token_ids"]) == 4
+
+
+def test_a_truncated_draft_file_is_named_by_every_reader(dspark_ckpt, tmp_path, capsys):
+    import shutil
+
+    from serving.export import main as export_main
+    from serving.generate import main as generate_main
+
+    copy = tmp_path / "step-00000001"
+    shutil.copytree(dspark_ckpt, copy)
+    weights = copy / "draft" / "model.safetensors"
+    size = weights.stat().st_size
+    with open(weights, "r+b") as f:
+        f.truncate(size // 2)
+    expected = f"file {weights} has {size // 2} bytes, expected {size}"
+    assert generate_main(["--checkpoint", str(copy), "--prompt", "hi"]) == 2
+    assert expected in capsys.readouterr().err
+    assert export_main(["--checkpoint", str(copy), "--out", str(tmp_path / "out")]) == 2
+    assert expected in capsys.readouterr().err and not (tmp_path / "out").exists()
+    assert calibrate_main(["--checkpoint", str(copy), "--out", str(tmp_path / "s.json")]) == 2
+    assert expected in capsys.readouterr().err and not (tmp_path / "s.json").exists()
+
+
+def test_the_acceptance_plot_marks_unreached_positions(tmp_path):
+    from serving.evaluate import plot_acceptance
+
+    reports = {
+        "gsm8k": {"acceptance_by_position": [0.6, 0.3, None, None], "tau": 1.7, "turns": 4},
+        "mtbench": {"acceptance_by_position": [0.5, 0.2, 0.1, None], "tau": 1.5, "turns": 8},
+    }
+    drawn = plot_acceptance(reports, tmp_path / "a.png", "t")
+    assert drawn["xticks"] == [1.0, 2.0, 3.0, 4.0]  # one integer tick per draft position
+    assert drawn["unreached"] == {"gsm8k": [3, 4], "mtbench": [4]}
+    assert "draft position" in drawn["xlabel"] and "acceptance rate" in drawn["ylabel"]
+    assert (tmp_path / "a.png").read_bytes()[:4] == b"\x89PNG"

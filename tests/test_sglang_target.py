@@ -1,18 +1,51 @@
-"""The sglang backend cannot run here; its ServerArgs are checked wherever sglang imports."""
-
-from pathlib import Path
+"""The sglang backend, checked against the installed sglang 0.5.23 package (its runtime cannot
+run here): ServerArgs through SGLang's own resolution, the sampling dict through its
+SamplingParams, Engine.generate's signature, and the slicing of rows shaped as SGLang returns."""
 
 import pytest
+import torch
+from conftest import run_sglang
+from test_export import sglang_json
 
-from splitserve.config import RunConfig, TargetConfig
+from splitserve.target.backends import TargetSetup, make_backend
+from splitserve.target.backends.sglang import capture_ids_for, split_captured
+from splitserve.target.config import TargetConfig
+from splitserve.target.embedded import ensure_smollm2
 
 
-def test_server_args_request_aux_capture_at_the_draft_layers():
-    pytest.importorskip("sglang.srt.server_args", reason="sglang is not installed (optional extra)")
-    from splitserve.sglang_target import server_args_for
+def test_server_args_pass_sglangs_own_resolution(sglang_site):
+    """DSPARK without a draft path plus --enable-return-aux-hidden-states is SGLang's capture-only
+    mode: the whole resolution pipeline accepts our arguments for a real model directory."""
+    got = sglang_json(run_sglang(sglang_site, "server_args", ensure_smollm2(), "1,15,29"))
+    assert got["resolved"] and got["aux_ids"] == [1, 15, 29]
+    assert got["seed"] == 1234  # SamplingParams knows sampling_seed
+    assert {"input_ids", "sampling_params", "return_hidden_states"} <= set(got["generate_params"])
 
-    cfg = RunConfig(target=TargetConfig(kind="path", backend="sglang", path="/models/ling", tp_size=4))
-    args = server_args_for(Path("/models/ling"), cfg, [1, 11, 23, 29, 35, 41], base_gpu_id=0)
-    assert args.enable_return_aux_hidden_states is True
-    assert list(args.return_aux_hidden_state_layer_ids) == [1, 11, 23, 29, 35, 41]
-    assert args.tp_size == 4 and args.model_path == "/models/ling"
+
+def test_captured_rows_split_into_aux_and_final_states():
+    """SGLang concatenates the captured layers in ascending layer order; the draft's ids come
+    first in the aux state, the last layer (for the final norm) is the last block."""
+    layer_ids, hidden, length = [1, 11, 23, 29, 35], 4, 3
+    capture = capture_ids_for(layer_ids, 42)
+    assert capture == [1, 11, 23, 29, 35, 41]
+    rows = torch.cat([torch.full((length, hidden), float(i)) for i in capture], dim=-1)
+    aux, last = split_captured(rows, capture, layer_ids, hidden)
+    assert aux.shape == (length, 5 * hidden) and last.shape == (length, hidden)
+    assert aux[0, ::hidden].tolist() == [1.0, 11.0, 23.0, 29.0, 35.0] and bool((last == 41).all())
+    # the final layer among the draft's own ids: captured once, used twice
+    aux, last = split_captured(rows[:, -2 * hidden :], [35, 41], [35, 41], hidden)
+    assert aux[0, ::hidden].tolist() == [35.0, 41.0] and bool((last == 41).all())
+
+
+def test_targets_whose_last_layer_sglang_never_captures_are_refused():
+    setup = TargetSetup(
+        ensure_smollm2(),
+        TargetConfig(backend="sglang"),
+        [1, 15],
+        torch.device("cpu"),
+        seed=0,
+        max_length=64,
+        max_prompt_tokens=32,
+    )
+    with pytest.raises(ValueError, match="llama does not, so its final hidden state cannot be"):
+        make_backend(setup)

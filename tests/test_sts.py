@@ -28,9 +28,17 @@ def test_sts_lowers_ece_and_preserves_order():
     temps = torch.tensor(res.temperatures)
     for k in range(4):
         calibrated = torch.sigmoid(logits[:, k].double() / temps[k].double())
-        assert torch.equal(torch.argsort(calibrated, stable=True), torch.argsort(logits[:, k], stable=True))
+        assert torch.equal(
+            torch.argsort(calibrated, stable=True), torch.argsort(logits[:, k], stable=True)
+        )
     assert res.auc_after[0] == pytest.approx(res.auc_before[0], abs=1e-12)
-    assert set(res.sglang_json()) == {"temperatures", "dataset", "num_samples", "ece_before", "ece_after"}
+    assert set(res.sglang_json()) == {
+        "temperatures",
+        "dataset",
+        "num_samples",
+        "ece_before",
+        "ece_after",
+    }
 
 
 def test_well_calibrated_scores_keep_temperature_near_one():
@@ -40,8 +48,12 @@ def test_well_calibrated_scores_keep_temperature_near_one():
 
 
 def test_metric_hand_cases():
-    assert expected_calibration_error(torch.tensor([0.9, 0.9]), torch.tensor([1.0, 0.0]), 10) == pytest.approx(0.4)
-    assert roc_auc(torch.tensor([0.1, 0.4, 0.35, 0.8]), torch.tensor([0, 0, 1, 1])) == pytest.approx(0.75)
+    assert expected_calibration_error(
+        torch.tensor([0.9, 0.9]), torch.tensor([1.0, 0.0]), 10
+    ) == pytest.approx(0.4)
+    assert roc_auc(
+        torch.tensor([0.1, 0.4, 0.35, 0.8]), torch.tensor([0, 0, 1, 1])
+    ) == pytest.approx(0.75)
     assert roc_auc(torch.tensor([0.5, 0.5]), torch.tensor([0, 1])) == pytest.approx(0.5)
     assert prefix_labels(torch.tensor([0, 2]), 3).tolist() == [[0, 0, 0], [1, 1, 0]]
     a = survival(torch.zeros(1, 3), torch.ones(3))
@@ -53,3 +65,17 @@ def test_bad_inputs_are_refused():
         fit_sts(torch.zeros(5), torch.zeros(5))
     with pytest.raises(ValueError, match="num_accepted must lie"):
         fit_sts(torch.zeros(2, 3), torch.tensor([0, 4]))
+
+
+def test_positions_without_both_classes_keep_temperature_one():
+    """No accepted draft ever reached positions 3-4 here: fitting there would run T to the grid's
+    bound on one class; those positions keep T = 1.0 and the result says why."""
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(200, 4, generator=g, dtype=torch.float64) * 2
+    accepted = torch.randint(0, 3, (200,), generator=g)  # 0, 1 or 2 drafts accepted, never 3 or 4
+    res = fit_sts(logits, accepted, min_per_class=10)
+    assert res.notes[:2] == ["fitted", "fitted"]
+    assert res.temperatures[2:] == [1.0, 1.0]
+    assert res.notes[2] == "kept T=1.0: 0 accepted, 200 rejected (fitting needs 10 of each)"
+    few = fit_sts(logits, accepted, min_per_class=150)  # too few of either class anywhere
+    assert few.temperatures == [1.0] * 4 and all(n.startswith("kept T=1.0") for n in few.notes)

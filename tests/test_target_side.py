@@ -4,11 +4,12 @@ import json
 
 import pytest
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig
+from conftest import llama_config
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from splitserve.capture import capture_states, target_sample
-from splitserve.chat import render_with_loss_mask
-from splitserve.embedded_target import MARKER, ensure_smollm2, smollm2_gguf
+from splitserve.target.capture import capture_states, target_sample
+from splitserve.target.chat import render_with_loss_mask
+from splitserve.target.embedded import MARKER, ensure_smollm2, smollm2_gguf
 
 
 @pytest.fixture(scope="session")
@@ -20,18 +21,26 @@ def test_smollm2_converts_once_and_generates_like_the_gguf(smol_dir, tmp_path_fa
     tok = AutoTokenizer.from_pretrained(smol_dir)
     model = AutoModelForCausalLM.from_pretrained(smol_dir, dtype=torch.float32).eval()
     assert model.config.num_hidden_layers == 30 and model.config.vocab_size == 49152
-    prompt = tok.apply_chat_template([{"role": "user", "content": "What is the capital of France?"}],
-                                     add_generation_prompt=True, return_tensors="pt", return_dict=True)["input_ids"]
+    prompt = tok.apply_chat_template(
+        [{"role": "user", "content": "What is the capital of France?"}],
+        add_generation_prompt=True,
+        return_tensors="pt",
+        return_dict=True,
+    )["input_ids"]
     out = model.generate(prompt, max_new_tokens=12, do_sample=False)
-    text = tok.decode(out[0, prompt.shape[1]:], skip_special_tokens=True)
+    text = tok.decode(out[0, prompt.shape[1] :], skip_special_tokens=True)
     assert "Paris" in text
     gguf = smollm2_gguf()
-    reference = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32).eval()
+    reference = AutoModelForCausalLM.from_pretrained(
+        gguf.parent, gguf_file=gguf.name, dtype=torch.float32
+    ).eval()
     torch.testing.assert_close(model(prompt).logits, reference(prompt).logits, rtol=0, atol=0)
     marker = json.loads((smol_dir / MARKER).read_text())
     assert marker["bytes"] == gguf.stat().st_size
     mtime = (smol_dir / MARKER).stat().st_mtime
-    assert ensure_smollm2(smol_dir.parent) == smol_dir and (smol_dir / MARKER).stat().st_mtime == mtime  # cached
+    assert (
+        ensure_smollm2(smol_dir.parent) == smol_dir and (smol_dir / MARKER).stat().st_mtime == mtime
+    )  # cached
 
 
 def test_an_interrupted_conversion_is_redone(tmp_path):
@@ -39,7 +48,9 @@ def test_an_interrupted_conversion_is_redone(tmp_path):
     dest.mkdir()
     (dest / "config.json").write_text("{")  # a conversion that died before its marker
     assert ensure_smollm2(tmp_path) == dest
-    assert (dest / MARKER).is_file() and json.loads((dest / "config.json").read_text())["model_type"] == "llama"
+    assert (dest / MARKER).is_file() and json.loads((dest / "config.json").read_text())[
+        "model_type"
+    ] == "llama"
 
 
 def test_assistant_only_loss_mask_on_the_real_chat_template(smol_dir):
@@ -65,8 +76,7 @@ def test_assistant_only_loss_mask_on_the_real_chat_template(smol_dir):
 
 def tiny_llama():
     torch.manual_seed(0)
-    cfg = LlamaConfig(hidden_size=32, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
-                      intermediate_size=64, vocab_size=100)
+    cfg = llama_config()
     return AutoModelForCausalLM.from_config(cfg).eval()
 
 
@@ -81,22 +91,39 @@ def test_capture_returns_layer_outputs_and_the_lm_head_input():
     torch.testing.assert_close(sample.aux_hidden[:, 32:64], hs[3][0])
     # the last layer's *own* output (pre-norm), not output_hidden_states' normed stand-in
     torch.testing.assert_close(model.model.norm(sample.aux_hidden[:, 64:]), hs[4][0])
-    torch.testing.assert_close(model.lm_head(sample.final_hidden), ref.logits[0], rtol=1e-5, atol=1e-5)
-    with pytest.raises(ValueError, match=r"\[4\] outside \[0, 3\]"):
+    torch.testing.assert_close(
+        model.lm_head(sample.final_hidden), ref.logits[0], rtol=1e-5, atol=1e-5
+    )
+    with pytest.raises(ValueError, match=r"\[4\] outside \[-1, 3\]"):
         with capture_states(model, [1, 4]):
             pass
 
 
+def test_id_minus_one_captures_the_embedding_output():
+    """As DeepSpec's feature layer -1: the input of layer 0 (hidden_states[0])."""
+    model = tiny_llama()
+    ids = torch.randint(0, 100, (9,))
+    sample = target_sample(model, ids, torch.ones(9), [-1, 2])
+    with torch.no_grad():
+        hs = model(ids[None], output_hidden_states=True).hidden_states
+    torch.testing.assert_close(sample.aux_hidden[:, :32], hs[0][0], rtol=0, atol=0)
+    torch.testing.assert_close(sample.aux_hidden[:, 32:], hs[3][0])
+
+
 @pytest.mark.parametrize("kind", ["smollm2", "ling3_mini"])
 def test_trainer_reads_exactly_the_targets_embedding_and_lm_head(kind, smol_dir):
-    from splitserve.config import TargetConfig
-    from splitserve.targets import load_frozen_head, prepare_target_dir
+    from splitserve.target.config import TargetConfig
+    from splitserve.target.models import load_frozen_head, prepare_target_dir
 
     model_dir = prepare_target_dir(TargetConfig(kind=kind))
     head = load_frozen_head(model_dir, "cpu", torch.float32)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    torch.testing.assert_close(head.embed_weight, model.get_input_embeddings().weight, rtol=0, atol=0)
-    torch.testing.assert_close(head.lm_head_weight, model.get_output_embeddings().weight, rtol=0, atol=0)
+    torch.testing.assert_close(
+        head.embed_weight, model.get_input_embeddings().weight, rtol=0, atol=0
+    )
+    torch.testing.assert_close(
+        head.lm_head_weight, model.get_output_embeddings().weight, rtol=0, atol=0
+    )
     tied = head.embed_weight.data_ptr() == head.lm_head_weight.data_ptr()
     assert tied == (kind == "smollm2")
 
@@ -104,17 +131,22 @@ def test_trainer_reads_exactly_the_targets_embedding_and_lm_head(kind, smol_dir)
 def test_batched_regeneration_matches_one_at_a_time(smol_dir):
     """Greedy: one left-padded generate call over prompts of different lengths gives each sample
     the tokens, loss mask and captured states of unbatched regeneration."""
-    from splitserve.config import SamplingSetting, TargetConfig
-    from splitserve.data import load_prompts
-    from splitserve.config import DataConfig
-    from splitserve.targets import HFTarget
+    from splitserve.data import DataConfig, load_prompts
+    from splitserve.target.backends import TargetSetup, make_backend
+    from splitserve.target.config import SamplingSetting, TargetConfig
 
     cfg = TargetConfig(max_new_tokens=20, sampling=[SamplingSetting(0.0)], generate_batch=3)
-    target = HFTarget(smol_dir, cfg, [3, 15], device="cpu", seed=0, max_length=200, max_prompt_tokens=150)
+    target = make_backend(
+        TargetSetup(
+            smol_dir, cfg, [3, 15], device="cpu", seed=0, max_length=200, max_prompt_tokens=150
+        )
+    )
     convs = load_prompts(DataConfig()).train[:3]
-    assert len({len(c[0]["content"]) for c in convs}) == 3  # different prompt lengths: padding is exercised
+    assert (
+        len({len(c[0]["content"]) for c in convs}) == 3
+    )  # different prompt lengths: padding is exercised
     batched = target.produce_batch([0, 1, 2], convs)
-    for g, conv, b in zip([0, 1, 2], convs, batched):
+    for g, conv, b in zip([0, 1, 2], convs, batched, strict=True):
         one = target.produce(g, conv)
         assert torch.equal(one.input_ids, b.input_ids) and torch.equal(one.loss_mask, b.loss_mask)
         torch.testing.assert_close(one.aux_hidden, b.aux_hidden)
@@ -135,3 +167,25 @@ def test_batched_producer_cuts_the_same_batches_after_a_resume():
     assert [producer(g) for g in resumed] == [f"sample{g}" for g in resumed]
     assert calls == [[-1, 0, 1, 2], [3, 4, 5, 6], [7]]  # the uninterrupted run's batches, whole
     assert producer.ready == {}
+
+
+def test_regeneration_is_seeded_by_sample_id_in_any_process(smol_dir):
+    """Sampling at temperature 1: two fresh backends (as a run and its resumed continuation would
+    build) regenerate sample g identically; another id gives another answer."""
+    from splitserve.data import DataConfig, load_prompts
+    from splitserve.target.backends import TargetSetup, make_backend
+    from splitserve.target.config import SamplingSetting, TargetConfig
+
+    cfg = TargetConfig(max_new_tokens=12, sampling=[SamplingSetting(1.0, 1.0)])
+    conv = load_prompts(DataConfig()).train[0]
+
+    def fresh():
+        return make_backend(
+            TargetSetup(
+                smol_dir, cfg, [3], device="cpu", seed=7, max_length=200, max_prompt_tokens=150
+            )
+        )
+
+    first, again = fresh().regenerate(41, conv), fresh().regenerate(41, conv)
+    assert torch.equal(first[0], again[0]) and torch.equal(first[1], again[1])
+    assert not torch.equal(fresh().regenerate(42, conv)[0], first[0])

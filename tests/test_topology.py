@@ -37,14 +37,17 @@ def test_step_slices_and_resume_cursor():
         Topology(0, 1, 1)
 
 
-@pytest.mark.parametrize("gpus, overrides, expected", [
-    (8, [], (7, 1)),                               # unset: one trainer, a target on every other GPU
-    (8, ["split.trainer_procs=2"], (6, 2)),
-    (8, ["split.target_procs=4"], (4, 4)),
-    (8, ["split.target_procs=2", "split.trainer_procs=6"], (2, 6)),
-    (2, [], (1, 1)),
-    (1, [], (1, 1)),                               # one GPU: both share it
-])
+@pytest.mark.parametrize(
+    "gpus, overrides, expected",
+    [
+        (8, [], (7, 1)),  # unset: one trainer, a target on every other GPU
+        (8, ["split.trainer_procs=2"], (6, 2)),
+        (8, ["split.target_procs=4"], (4, 4)),
+        (8, ["split.target_procs=2", "split.trainer_procs=6"], (2, 6)),
+        (2, [], (1, 1)),
+        (1, [], (1, 1)),  # one GPU: both share it
+    ],
+)
 def test_default_gpu_split(monkeypatch, gpus, overrides, expected):
     """GPU counts cannot exist on this machine: device_count is the one thing stood in for."""
     from hydra import compose, initialize_config_dir
@@ -53,7 +56,9 @@ def test_default_gpu_split(monkeypatch, gpus, overrides, expected):
     from splitserve.train import build_topology
 
     monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
-    with initialize_config_dir(str(Path(__file__).resolve().parents[1] / "conf"), version_base="1.3"):
+    with initialize_config_dir(
+        str(Path(__file__).resolve().parents[1] / "conf"), version_base="1.3"
+    ):
         cfg = load_run_config(compose("config", overrides=overrides))
     t = build_topology(cfg, "cuda")
     assert (t.num_targets, t.num_trainers) == expected

@@ -21,11 +21,21 @@ from splitserve.train import run
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = [
-    "draft.num_layers=1", "draft.markov_rank=16", "draft.block_size=4",
-    "target.regenerate=false", "data.max_length=96", "data.eval_prompts=1",
+    "draft.num_layers=1",
+    "draft.markov_rank=16",
+    "draft.block_size=4",
+    "target.regenerate=false",
+    "data.max_length=96",
+    "data.eval_prompts=1",
     "data.sources=[{kind:gsm8k,path:null,limit:40,weight:1}]",
-    "train.micro_batch=1", "train.num_anchors=8", "train.steps=4", "train.checkpoint_every=2",
-    "train.warmup_steps=1", "train.decode_eval_prompts=0", "log.wandb_mode=disabled", "log.progress=false",
+    "train.micro_batch=1",
+    "train.num_anchors=8",
+    "train.steps=4",
+    "train.checkpoint_every=2",
+    "train.warmup_steps=1",
+    "train.decode_eval_prompts=0",
+    "log.wandb_mode=disabled",
+    "log.progress=false",
 ]
 
 
@@ -56,23 +66,51 @@ def test_disaggregated_training_equals_single_process(tmp_path):
 
 def test_two_targets_two_trainers_consume_every_sample_exactly_once(tmp_path):
     run_dir = tmp_path / "r"
-    run(compose_cfg(TINY + ["split.target_procs=2", "split.trainer_procs=2", "train.steps=3",
-                            "data.eval_prompts=2", "split.window=2",
-                            # batched regeneration (2 per generate call) on the same routes
-                            "target.regenerate=true", "target.max_new_tokens=6", "target.generate_batch=2"]), run_dir)
+    run(
+        compose_cfg(
+            TINY
+            + [
+                "split.target_procs=2",
+                "split.trainer_procs=2",
+                "train.steps=3",
+                "data.eval_prompts=2",
+                "split.window=2",
+                # batched regeneration (2 per generate call) on the same routes
+                "target.regenerate=true",
+                "target.max_new_tokens=6",
+                "target.generate_batch=2",
+            ]
+        ),
+        run_dir,
+    )
     stats = {p.stem: json.loads(p.read_text()) for p in (run_dir / "stats").glob("*.json")}
-    produced = Counter(g for k, v in stats.items() if k.startswith("target") for g in v["sample_ids"])
-    consumed = Counter(g for k, v in stats.items() if k.startswith("trainer") for g in v["sample_ids"])
+    produced = Counter(
+        g for k, v in stats.items() if k.startswith("target") for g in v["sample_ids"]
+    )
+    consumed = Counter(
+        g for k, v in stats.items() if k.startswith("trainer") for g in v["sample_ids"]
+    )
     assert produced == consumed
     assert max(consumed.values()) == 1
-    assert set(consumed) == set(range(3 * 2 * 1)) | {-1, -2}  # 3 steps x 2 trainers x 1 sample + 2 eval
+    assert set(consumed) == set(range(3 * 2 * 1)) | {
+        -1,
+        -2,
+    }  # 3 steps x 2 trainers x 1 sample + 2 eval
     assert stats["target0"]["samples"] > 0 and stats["target1"]["samples"] > 0
 
 
 def _cli(overrides, run_dir):
-    cmd = [sys.executable, "-m", "splitserve.train", *overrides, f"train.run_dir={run_dir}",
-           f"hydra.run.dir={run_dir}/hydra"]
-    return subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    cmd = [
+        sys.executable,
+        "-m",
+        "splitserve.train",
+        *overrides,
+        f"train.run_dir={run_dir}",
+        f"hydra.run.dir={run_dir}/hydra",
+    ]
+    return subprocess.Popen(
+        cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
 
 
 def test_resume_after_sigkill_matches_an_uninterrupted_run(tmp_path):
@@ -85,7 +123,9 @@ def test_resume_after_sigkill_matches_an_uninterrupted_run(tmp_path):
     deadline = time.time() + 240
     while time.time() < deadline:  # wait until step 3 is logged (the checkpoint at step 2 exists)
         m = killed / "metrics.jsonl"
-        if m.exists() and any(json.loads(x).get("step") == 3 for x in m.read_text().splitlines() if x.strip()):
+        if m.exists() and any(
+            json.loads(x).get("step") == 3 for x in m.read_text().splitlines() if x.strip()
+        ):
             break
         time.sleep(0.2)
     else:
@@ -101,6 +141,11 @@ def test_resume_after_sigkill_matches_an_uninterrupted_run(tmp_path):
     out, _ = resumed.communicate(timeout=300)
     assert resumed.returncode == 0, out
     assert '"event": "resumed", "step": 2' in (killed / "metrics.jsonl").read_text()
+    # one line on the console names the checkpoint and the step; no DeepSpeed accelerator notice,
+    # no empty Hydra log file
+    assert f"resuming from {killed / 'checkpoints' / 'step-00000002'} (step 2 of 5)" in out
+    assert "Setting accelerator to CPU" not in out
+    assert not list(killed.rglob("*.log"))
     a, b = losses(straight), losses(killed)
     assert sorted(b) == [1, 2, 3, 4, 5]
     for step in (3, 4, 5):
@@ -108,12 +153,27 @@ def test_resume_after_sigkill_matches_an_uninterrupted_run(tmp_path):
 
 
 def test_ling3_recipe_runs_on_the_mini_target(tmp_path):
-    summary = run(compose_cfg([
-        "+recipe=ling3", "target=ling3_mini", "split.trainer_procs=1", "train.steps=2", "train.grad_accum=2",
-        "train.num_anchors=8", "train.checkpoint_every=2", "train.threads_per_proc=1", "data.max_length=80",
-        "data.max_prompt_tokens=48", "data.eval_prompts=1",
-        "data.sources=[{kind:gsm8k,path:null,limit:20,weight:1}]", "log.wandb_mode=disabled", "log.progress=false",
-    ]), tmp_path / "ling")
+    summary = run(
+        compose_cfg(
+            [
+                "+recipe=ling3",
+                "target=ling3_mini",
+                "split.trainer_procs=1",
+                "train.steps=2",
+                "train.grad_accum=2",
+                "train.num_anchors=8",
+                "train.checkpoint_every=2",
+                "train.threads_per_proc=1",
+                "data.max_length=80",
+                "data.max_prompt_tokens=48",
+                "data.eval_prompts=1",
+                "data.sources=[{kind:gsm8k,path:null,limit:20,weight:1}]",
+                "log.wandb_mode=disabled",
+                "log.progress=false",
+            ]
+        ),
+        tmp_path / "ling",
+    )
     assert summary["steps"] == 2
     draft_cfg = json.loads(Path(summary["checkpoint"], "draft", "draft_config.json").read_text())
     assert draft_cfg["target_layer_ids"] == [1, 2, 4] and draft_cfg["num_layers"] == 3
@@ -127,8 +187,16 @@ def test_hydra_multirun_ablation_and_its_report(tmp_path, capsys):
     sweep = tmp_path / "sweep"
     overrides = [o for o in TINY if not o.startswith(("train.steps", "train.checkpoint_every"))]
     overrides += ["train.steps=2", "train.checkpoint_every=2"]
-    cmd = [sys.executable, "-m", "splitserve.train", "-m", "+recipe=smol", "draft.rope=full,partial,interleaved",
-           *overrides, f"hydra.sweep.dir={sweep}"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "splitserve.train",
+        "-m",
+        "+recipe=smol",
+        "draft.rope=full,partial,interleaved",
+        *overrides,
+        f"hydra.sweep.dir={sweep}",
+    ]
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     jobs = sorted(p for p in sweep.iterdir() if p.is_dir() and (p / "summary.json").exists())
@@ -136,18 +204,39 @@ def test_hydra_multirun_ablation_and_its_report(tmp_path, capsys):
     ropes = []
     for j in jobs:
         assert json.loads((j / "summary.json").read_text())["steps"] == 2
-        ropes += [line.split(":")[1].strip() for line in (j / "config.yaml").read_text().splitlines()
-                  if line.startswith("  rope:")]
+        ropes += [
+            line.split(":")[1].strip()
+            for line in (j / "config.yaml").read_text().splitlines()
+            if line.startswith("  rope:")
+        ]
     assert ropes == ["full", "partial", "interleaved"]
     for j in jobs[:2]:  # the third job stays unevaluated: the report must still list it
         ckpt = json.loads((j / "summary.json").read_text())["checkpoint"]
-        assert evaluate_main(["--checkpoint", ckpt, "--bench", "gsm8k", "--limit", "1", "--max-new-tokens", "6",
-                              "--no-plot"]) == 0
+        assert (
+            evaluate_main(
+                [
+                    "--checkpoint",
+                    ckpt,
+                    "--bench",
+                    "gsm8k",
+                    "--limit",
+                    "1",
+                    "--max-new-tokens",
+                    "6",
+                    "--no-plot",
+                ]
+            )
+            == 0
+        )
     capsys.readouterr()
     assert report_main([str(sweep), "--out", str(tmp_path / "report" / "rope")]) == 0
     table = (tmp_path / "report" / "rope.md").read_text()
-    rows = [line for line in table.splitlines() if line.startswith("| ") and "overrides" not in line]
-    assert len(rows) == 3 and "draft.rope=partial" in rows[1] and rows[2].endswith("|  |")  # job 2: no tau
+    rows = [
+        line for line in table.splitlines() if line.startswith("| ") and "overrides" not in line
+    ]
+    assert (
+        len(rows) == 3 and "draft.rope=partial" in rows[1] and rows[2].endswith("|  |")
+    )  # job 2: no tau
     assert all(float(r.split("|")[-2]) >= 1.0 for r in rows[:2])
     assert (tmp_path / "report" / "rope.png").read_bytes()[:4] == b"\x89PNG"
     assert report_main([str(tmp_path / "report"), "--out", str(tmp_path / "x")]) == 2
@@ -156,10 +245,22 @@ def test_hydra_multirun_ablation_and_its_report(tmp_path, capsys):
 
 def test_launchable_under_torchrun(tmp_path):
     run_dir = tmp_path / "torchrun"
-    overrides = [o for o in TINY if not o.startswith("train.steps")] + ["train.steps=2", f"train.run_dir={run_dir}",
-                                                                        f"hydra.run.dir={tmp_path}/hydra"]
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-           "-m", "splitserve.train", *overrides]
+    overrides = [o for o in TINY if not o.startswith("train.steps")] + [
+        "train.steps=2",
+        f"train.run_dir={run_dir}",
+        f"hydra.run.dir={tmp_path}/hydra",
+    ]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        "-m",
+        "splitserve.train",
+        *overrides,
+    ]
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     assert sorted(losses(run_dir)) == [1, 2]
@@ -168,10 +269,25 @@ def test_launchable_under_torchrun(tmp_path):
 
 
 def test_real_tau_is_logged_next_to_the_simulated_one(tmp_path):
-    summary = run(compose_cfg(TINY + ["train.steps=2", "train.eval_every=1", "train.decode_eval_prompts=1",
-                                      "train.decode_eval_tokens=12"]), tmp_path / "r")
-    records = [json.loads(line) for line in (tmp_path / "r" / "metrics.jsonl").read_text().splitlines()]
+    summary = run(
+        compose_cfg(
+            TINY
+            + [
+                "train.steps=2",
+                "train.eval_every=1",
+                "train.decode_eval_prompts=1",
+                "train.decode_eval_tokens=12",
+            ]
+        ),
+        tmp_path / "r",
+    )
+    records = [
+        json.loads(line) for line in (tmp_path / "r" / "metrics.jsonl").read_text().splitlines()
+    ]
     evals = [r for r in records if "eval_real_tau" in r]
     assert [r["step"] for r in evals] == [1, 2]
-    assert all(r["eval_real_tau"] >= 1.0 and r["eval_real_steps"] >= 1 and "eval_sim_tau" in r for r in evals)
+    assert all(
+        r["eval_real_tau"] >= 1.0 and r["eval_real_steps"] >= 1 and "eval_sim_tau" in r
+        for r in evals
+    )
     assert summary["eval_real_tau"] == evals[-1]["eval_real_tau"]

@@ -1,4 +1,5 @@
-"""Chat-template rendering with an assistant-only loss mask.
+"""Chat-template rendering, the one place it happens: the prompt a target answers (regeneration,
+decoding, evaluation) and whole conversations with an assistant-only loss mask.
 
 Each assistant turn's tokens (its content and the template's end-of-turn tokens) are found by
 rendering the conversation up to that turn twice, with and without the turn, and taking the
@@ -8,15 +9,23 @@ template that is not is reported instead of silently masking the wrong tokens.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 
 
 def _ids(tokenizer, messages, generation_prompt: bool) -> list[int]:
-    out = tokenizer.apply_chat_template(list(messages), add_generation_prompt=generation_prompt, tokenize=True,
-                                        return_dict=True)
+    out = tokenizer.apply_chat_template(
+        list(messages), add_generation_prompt=generation_prompt, tokenize=True, return_dict=True
+    )
     return list(out["input_ids"])
+
+
+def prompt_ids(tokenizer, messages: Sequence[dict], max_tokens: int | None = None) -> list[int]:
+    """The token ids of `messages` followed by the assistant's generation prompt: what the target
+    answers. `max_tokens` keeps only the last that many (the end of a long prompt matters most)."""
+    ids = _ids(tokenizer, messages, True)
+    return ids[-max_tokens:] if max_tokens else ids
 
 
 def render_with_loss_mask(tokenizer, messages: Sequence[dict]) -> tuple[torch.Tensor, torch.Tensor]:

@@ -20,13 +20,20 @@ from torch import nn
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer, LinearAttentionCacheLayerMixin
 
-LINEAR_LAYER_CLASSES = ("DeltaAttention", "GatedDeltaNet")  # class-name suffixes: bailing_hybrid KDA, Qwen3-Next
+LINEAR_LAYER_CLASSES = (
+    "DeltaAttention",
+    "GatedDeltaNet",
+)  # class-name suffixes: bailing_hybrid KDA, Qwen3-Next
 
 
 def linear_layers(model: nn.Module) -> dict[int, nn.Module]:
     """layer_idx -> linear-attention module, for the model's linear layers."""
-    return {m.layer_idx: m for m in model.modules()
-            if type(m).__name__.endswith(LINEAR_LAYER_CLASSES) and isinstance(getattr(m, "layer_idx", None), int)}
+    return {
+        m.layer_idx: m
+        for m in model.modules()
+        if type(m).__name__.endswith(LINEAR_LAYER_CLASSES)
+        and isinstance(getattr(m, "layer_idx", None), int)
+    }
 
 
 def has_linear_layers(model: nn.Module) -> bool:
@@ -34,9 +41,14 @@ def has_linear_layers(model: nn.Module) -> bool:
 
 
 # transformers binds these module-level functions to fla-core's kernels when fla imports, else to
-# its pure-torch reference (`transformers.integrations.hub_kernels.use_kernel_func_from_hub_with_fallback`).
-KERNEL_FUNCTIONS = ("chunk_kimi_delta_attention", "recurrent_kimi_delta_attention",
-                    "chunk_gated_delta_rule", "fused_recurrent_gated_delta_rule")
+# its pure-torch reference
+# (`transformers.integrations.hub_kernels.use_kernel_func_from_hub_with_fallback`).
+KERNEL_FUNCTIONS = (
+    "chunk_kimi_delta_attention",
+    "recurrent_kimi_delta_attention",
+    "chunk_gated_delta_rule",
+    "fused_recurrent_gated_delta_rule",
+)
 
 
 def linear_modeling_module(model: nn.Module):
@@ -67,24 +79,29 @@ def linear_kernels(model: nn.Module) -> dict[str, str]:
 
 
 class LinearStateStager:
-    """Wraps a model's linear-attention layers for the lifetime of one decode (a context manager)."""
+    """Wraps a model's linear-attention layers for the lifetime of one decode (a context
+    manager)."""
 
     def __init__(self, model: nn.Module) -> None:
         self.layers = linear_layers(model)
         self.staging = False
         self.staged: dict[int, list[tuple[torch.Tensor, torch.Tensor]]] = {}
 
-    def __enter__(self) -> "LinearStateStager":
+    def __enter__(self) -> LinearStateStager:
         for idx, module in self.layers.items():
             original = module.forward
 
-            def staged_forward(this, hidden_states, cache=None, attention_mask=None, _orig=original, _idx=idx, **kw):
+            def staged_forward(
+                this, hidden_states, cache=None, attention_mask=None, _orig=original, _idx=idx, **kw
+            ):
                 if not self.staging or cache is None or hidden_states.shape[1] == 1:
                     return _orig(hidden_states, cache=cache, attention_mask=attention_mask, **kw)
                 outs, states = [], []
                 layer = cache.layers[_idx]
                 for t in range(hidden_states.shape[1]):
-                    outs.append(_orig(hidden_states[:, t:t + 1], cache=cache, attention_mask=None, **kw))
+                    outs.append(
+                        _orig(hidden_states[:, t : t + 1], cache=cache, attention_mask=None, **kw)
+                    )
                     states.append((layer.conv_states[0].clone(), layer.recurrent_states[0].clone()))
                 self.staged[_idx] = states
                 return torch.cat(outs, dim=1)

@@ -4,8 +4,8 @@ hidden state, via forward hooks (so the convention does not depend on how a mode
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Iterator, Sequence
 
 import torch
 from torch import nn
@@ -30,23 +30,28 @@ def final_norm(model: nn.Module) -> nn.Module:
 
 @contextmanager
 def capture_states(model: nn.Module, layer_ids: Sequence[int]) -> Iterator[dict]:
-    """Within the block, every forward stores {"layers": {i: [B, L, H]}, "final": [B, L, H]}."""
+    """Within the block, every forward stores {"layers": {i: [B, L, H]}, "final": [B, L, H]}.
+    Id -1 is the embedding output (the input of layer 0), as in DeepSpec."""
     layers = decoder_layers(model)
-    bad = [i for i in layer_ids if not 0 <= int(i) < len(layers)]
+    bad = [i for i in layer_ids if not -1 <= int(i) < len(layers)]
     if bad:
-        raise ValueError(f"target_layer_ids {list(layer_ids)}: {bad} outside [0, {len(layers) - 1}] "
-                         f"({type(model).__name__} has {len(layers)} layers)")
+        raise ValueError(
+            f"target_layer_ids {list(layer_ids)}: {bad} outside [-1, {len(layers) - 1}] "
+            f"({type(model).__name__} has {len(layers)} layers; -1 is the embedding output)"
+        )
     store: dict = {"layers": {}}
 
     def keep_layer(i):
         def hook(_module, _inputs, output):
             store["layers"][i] = output[0] if isinstance(output, tuple) else output
+
         return hook
 
     def keep_final(_module, _inputs, output):
         store["final"] = output
 
-    handles = [layers[int(i)].register_forward_hook(keep_layer(int(i))) for i in layer_ids]
+    modules = {-1: model.get_input_embeddings(), **dict(enumerate(layers))}
+    handles = [modules[int(i)].register_forward_hook(keep_layer(int(i))) for i in layer_ids]
     handles.append(final_norm(model).register_forward_hook(keep_final))
     try:
         yield store
@@ -56,10 +61,16 @@ def capture_states(model: nn.Module, layer_ids: Sequence[int]) -> Iterator[dict]
 
 
 @torch.no_grad()
-def target_sample(model: nn.Module, input_ids: torch.Tensor, loss_mask: torch.Tensor,
-                  layer_ids: Sequence[int]) -> SequenceSample:
+def target_sample(
+    model: nn.Module, input_ids: torch.Tensor, loss_mask: torch.Tensor, layer_ids: Sequence[int]
+) -> SequenceSample:
     """One target forward over a single sequence [L] -> the SequenceSample a trainer consumes."""
     with capture_states(model, layer_ids) as store:
         model(input_ids[None].to(next(model.parameters()).device), use_cache=False)
     aux = torch.cat([store["layers"][int(i)][0] for i in layer_ids], dim=-1)
-    return SequenceSample(input_ids=input_ids, loss_mask=loss_mask.bool(), aux_hidden=aux, final_hidden=store["final"][0])
+    return SequenceSample(
+        input_ids=input_ids,
+        loss_mask=loss_mask.bool(),
+        aux_hidden=aux,
+        final_hidden=store["final"][0],
+    )

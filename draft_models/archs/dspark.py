@@ -1,0 +1,252 @@
+"""DSpark: a DFlash-style parallel backbone with KV injection, plus a sequential (Markov or RNN)
+head and a confidence head; its decode-time proposer; its export mapping to SGLang 0.5.23's
+DSpark draft config. Registered as `dspark` (DFlash reuses the model: `archs/dflash.py`)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+import torch
+from torch import nn
+
+from ..config import DraftConfig, TargetSpec
+from ..heads import SEQUENTIAL_HEAD_CLASSES, ConfidenceHead, FrozenTargetHead
+from ..layers import InjectedDecoderLayer
+from ..losses import draft_loss
+from ..models import DraftModel, DraftOutput, init_weights
+from ..packed_attention import AttentionPlan, TokenIndex
+from ..packing import PackedBatch
+from ..registry import DraftArch, register_arch
+from ..sampling import pick
+
+
+class DSparkDraft(DraftModel):
+    """DFlash backbone + KV injection + sequential head + confidence head.
+
+    arch=dflash uses the same backbone with anchor + gamma mask slots, predicts from the mask slots,
+    and has neither sequential nor confidence head.
+    """
+
+    def __init__(self, cfg: DraftConfig, target_head: FrozenTargetHead) -> None:
+        super().__init__(cfg, target_head)
+        self.hidden_norm = nn.RMSNorm(cfg.hidden_size, eps=cfg.rms_norm_eps)
+        self.layers = nn.ModuleList(InjectedDecoderLayer(cfg) for _ in range(cfg.num_layers))
+        self.norm = nn.RMSNorm(cfg.hidden_size, eps=cfg.rms_norm_eps)
+        if cfg.sequential_head != "none":
+            self.markov_head = SEQUENTIAL_HEAD_CLASSES[cfg.sequential_head](
+                target_head.vocab_size, cfg.markov_rank, cfg.hidden_size
+            )
+        if cfg.confidence_head:
+            rank = cfg.markov_rank if cfg.sequential_head != "none" else 0
+            self.confidence_head = ConfidenceHead(cfg.hidden_size, rank)
+        init_weights(self)  # every weight N(0, 0.02), biases zero, as DeepSpec (markov_w2 included)
+
+    def context_states(self, batch: PackedBatch) -> torch.Tensor:
+        return self.hidden_norm(self.fuse_context(batch.ctx_features))
+
+    def context_kv(
+        self, ctx_states: torch.Tensor, ctx_pos: torch.Tensor
+    ) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Every layer's keys/values of the injected context (what a decoder caches)."""
+        return [layer.self_attn.kv(ctx_states, ctx_pos) for layer in self.layers]
+
+    def backbone(
+        self,
+        block_ids: torch.Tensor,
+        block_index: TokenIndex,
+        ctx_kv: list,
+        ctx_index: TokenIndex,
+        backend: str = "auto",
+    ) -> torch.Tensor:
+        """Block token ids [N, S] -> final normed hidden [N, S, H]."""
+        n, s = block_ids.shape
+        x = self.target_head.embed(block_ids.reshape(-1)).to(self.fc.weight.dtype)
+        plan = AttentionPlan(
+            block_index, ctx_index.cat(block_index), window=self.cfg.sliding_window, backend=backend
+        )
+        for layer, (k, v) in zip(self.layers, ctx_kv, strict=True):
+            x = layer(x, block_index, k, v, plan)
+        return self.norm(x).view(n, s, -1)
+
+    def heads(self, hidden: torch.Tensor, prev_tokens: torch.Tensor) -> DraftOutput:
+        """Apply the sequential and confidence heads with the given previous tokens [N, G]."""
+        head = self.sequential_head
+        latent = head.latents(prev_tokens, hidden) if head is not None else None
+        conf = None
+        if self.cfg.confidence_head:
+            prev_emb = head.prev_embedding(prev_tokens) if head is not None else None
+            conf = self.confidence_head(hidden, prev_emb)
+        return DraftOutput(hidden=hidden, seq_latent=latent, confidence_logit=conf)
+
+    def forward(self, batch: PackedBatch, backend: str = "auto") -> DraftOutput:
+        ctx_kv = self.context_kv(self.context_states(batch), batch.ctx_index.pos)
+        hidden = self.backbone(
+            batch.block_input_ids, batch.block_index(), ctx_kv, batch.ctx_index, backend
+        )
+        if not self.cfg.samples_from_anchor:
+            hidden = hidden[:, 1:]
+        return self.heads(hidden, batch.prev_tokens)
+
+
+class DSparkProposer:
+    """Decode-time state of a DSpark / DFlash draft: per-layer keys/values of the injected target
+    states of committed positions (the KV injection), one parallel backbone pass per block, then
+    the sequential and confidence heads left to right over the gamma slots.
+
+    The proposer contract (every registered architecture's proposer follows it): everything stays
+    on the draft's device and has a fixed shape, so a step never reads the device:
+    `commit(feats [n, m*H], tokens [n], start)` adds committed positions start..start+n-1 only
+    (never rejected drafts); `propose(anchor [1], pos, temperature, generator)` returns
+    (tokens [gamma], proposal distributions [gamma, V] when sampling else None, prefix survival
+    [gamma] float64); `confidence_logits` holds the raw logits of the last proposal, or None."""
+
+    def __init__(self, draft: DSparkDraft, gamma: int, sts: torch.Tensor) -> None:
+        self.draft, self.gamma, self.sts = draft, gamma, sts
+        self.ctx_kv: list | None = None
+        self.length = 0
+        self.confidence_logits: torch.Tensor | None = (
+            None  # raw logits [gamma] of the last proposal
+        )
+
+    def commit(self, feats: torch.Tensor, tokens: torch.Tensor, start: int) -> None:
+        """Add committed positions start..start+n-1 (features [n, m*H]; tokens unused by DSpark)."""
+        d = self.draft
+        states = d.hidden_norm(d.fuse_context(feats))
+        new = d.context_kv(states, torch.arange(start, start + feats.shape[0], device=feats.device))
+        if self.ctx_kv is None:
+            self.ctx_kv = new
+        else:
+            self.ctx_kv = [
+                (torch.cat((k0, k1)), torch.cat((v0, v1)))
+                for (k0, v0), (k1, v1) in zip(self.ctx_kv, new, strict=True)
+            ]
+        self.length = start + feats.shape[0]
+
+    def propose(self, anchor: torch.Tensor, pos: int, temperature: float, generator):
+        d, cfg = self.draft, self.draft.cfg
+        device = anchor.device
+        # gamma slots (anchor + gamma masks for DFlash), also when gamma is below the trained
+        # block size: the block SGLang runs for --speculative-dspark-block-size gamma (its
+        # attention spans only those slots), not the trained block cut short afterwards
+        slots = self.gamma if cfg.samples_from_anchor else self.gamma + 1
+        ids = torch.cat((anchor, anchor.new_full((slots - 1,), cfg.mask_token_id)))[None]
+        # one block of one sequence: a dense mask, no per-sequence split and no host read
+        hidden = d.backbone(
+            ids,
+            TokenIndex.single_block(pos, slots, device),
+            self.ctx_kv,
+            TokenIndex.context(self.length, device),
+            backend="dense",
+        )[0]
+        if not cfg.samples_from_anchor:
+            hidden = hidden[1:]
+        head = d.sequential_head
+        state = head.init_state(1, hidden) if head is not None else None
+        tokens, dists, conf = [], [], []
+        prev = anchor
+        for k in range(self.gamma):
+            h = hidden[k : k + 1]
+            logits = d.target_head.logits(h)[0].float()
+            if head is not None:
+                z, state = head.step(state, prev, h)
+                logits = logits + head.markov_w2(z)[0].float()
+            if cfg.confidence_head:
+                prev_emb = head.prev_embedding(prev) if head is not None else None
+                conf.append(d.confidence_head(h, prev_emb)[0].double())
+            prev, probs = pick(logits, temperature, generator)
+            tokens.append(prev)
+            dists.append(probs)
+        if conf:
+            self.confidence_logits = torch.stack(conf)
+            survival = torch.cumprod(
+                torch.sigmoid(self.confidence_logits / self.sts[: self.gamma]), 0
+            )
+        else:
+            survival = torch.ones(self.gamma, dtype=torch.float64, device=device)
+        return torch.cat(tokens), (torch.stack(dists) if temperature > 0 else None), survival
+
+
+# ----- export to SGLang 0.5.23 (`--speculative-algorithm DSPARK`) -----
+
+LING_TYPES = ("bailing_hybrid", "bailing_moe", "bailing_moe_v2", "bailing_moe_v3")
+
+
+def rope_fields(cfg: DraftConfig) -> dict:
+    """How SGLang's draft attention (DFlashAttention) is told the RoPE we trained: it reads the
+    base and an explicit `rope_dim` from `rope_parameters` (which transformers 5.19 and 5.24 both
+    keep, while 5.24 moves a top-level `partial_rotary_factor` into that dict, where SGLang does
+    not look for it) and the pairing from `is_neox_style`. NeoX pairs (i, i + rot/2) of the first
+    rot dims as our full/partial variants do; interleaved pairs (2i, 2i+1) as ours does."""
+    rope = {"rope_type": "default", "rope_theta": cfg.rope_theta}
+    if cfg.rope == "partial":
+        rope["rope_dim"] = int(cfg.head_dim * cfg.rotary_fraction)
+    return {"rope_parameters": rope, "is_neox_style": cfg.rope != "interleaved"}
+
+
+def sglang_config(cfg: DraftConfig, target: TargetSpec) -> dict:
+    """config.json for SGLang's Qwen3DSparkModel / LingDSparkModel; ValueError naming the field
+    for a configuration SGLang's DSpark draft classes cannot serve."""
+    if cfg.attention != "qwen3":
+        raise ValueError(
+            f"attention={cfg.attention}: SGLang's DSpark drafts are Qwen3-shaped (GQA + q/k norm); "
+            "MLA drafts have no serving class"
+        )
+    if cfg.rope == "none":
+        raise ValueError("rope=none: SGLang's draft attention always applies rotary embeddings")
+    if min(cfg.target_layer_ids) < 0:
+        raise ValueError(
+            f"target_layer_ids={cfg.target_layer_ids}: -1 (the embedding output) cannot be "
+            "served; SGLang 0.5.23 captures decoder-layer outputs only and rejects negative ids"
+        )
+    if cfg.sequential_head == "none":
+        raise ValueError("sequential_head=none: SGLang's DSpark requires markov_rank > 0")
+    if not cfg.confidence_head:
+        raise ValueError(
+            "confidence_head=false: SGLang builds the confidence head unless ragged verify is "
+            "static, and then needs its weights"
+        )
+    arch = "LingDSparkModel" if target.model_type in LING_TYPES else "Qwen3DSparkModel"
+    layer_type = "sliding_attention" if cfg.sliding_window else "full_attention"
+    out = {
+        "architectures": [arch],
+        "model_type": "qwen3",
+        "hidden_size": cfg.hidden_size,
+        "num_attention_heads": cfg.num_attention_heads,
+        "num_key_value_heads": cfg.num_key_value_heads,
+        "head_dim": cfg.head_dim,
+        "intermediate_size": cfg.intermediate_size,
+        "hidden_act": "silu",
+        "rms_norm_eps": cfg.rms_norm_eps,
+        "attention_bias": False,
+        "vocab_size": target.vocab_size,
+        "max_position_embeddings": 262144,
+        **rope_fields(cfg),
+        "num_hidden_layers": cfg.num_layers,
+        "layer_types": [layer_type] * cfg.num_layers,
+        "tie_word_embeddings": False,
+        "num_target_layers": target.num_layers,
+        "block_size": cfg.block_size,
+        "target_layer_ids": list(cfg.target_layer_ids),
+        "mask_token_id": cfg.mask_token_id,
+        "markov_rank": cfg.markov_rank,
+        "markov_head_type": SEQUENTIAL_HEAD_CLASSES[cfg.sequential_head].sglang_type,
+        "enable_confidence_head": True,
+        "confidence_head_with_markov": True,
+        "sample_from_anchor": True,
+        "splitserve_draft_config": {k: v for k, v in asdict(cfg).items() if k != "loss"},
+    }
+    if cfg.sliding_window:
+        out["sliding_window"] = cfg.sliding_window
+    return out
+
+
+register_arch(
+    DraftArch(
+        name="dspark",
+        model=DSparkDraft,
+        proposer=DSparkProposer,
+        loss=draft_loss,
+        samples_from_anchor=True,
+        export=sglang_config,
+    )
+)

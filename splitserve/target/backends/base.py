@@ -1,0 +1,107 @@
+"""The target-backend interface and its registry.
+
+A target worker asks its backend for samples: (sample id g, conversation) -> `SequenceSample`
+(the target's own answer to the conversation's opening turns, regenerated under sampling setting
+g mod len(settings) and seeded by `regeneration_seed`; an assistant-only loss mask; the hidden
+states of the draft's target layers and the final normed state). Every backend is built from the
+same `TargetSetup` and registered by name; `target.backend` picks one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from draft_models import SequenceSample
+
+from ...data import Conversation, prompt_turns
+from ..chat import prompt_ids
+from ..config import SamplingSetting, TargetConfig
+from ..models import check_tokenizer, load_target_spec
+
+
+@dataclass
+class TargetSetup:
+    """What every backend is built from."""
+
+    model_dir: Path
+    cfg: TargetConfig
+    layer_ids: list[int]  # the draft's target_layer_ids: whose outputs to capture, in this order
+    device: torch.device
+    seed: int  # the run seed (see regeneration_seed)
+    max_length: int  # tokens per sample, prompt + response; truncated beyond
+    max_prompt_tokens: int  # the prompt keeps its last this many tokens
+
+
+class TargetBackend:
+    """Base of every backend: the target's shape and tokenizer, and the rules all backends share
+    (which prompt, which sampling setting, how many new tokens, which tokens carry loss)."""
+
+    def __init__(self, setup: TargetSetup) -> None:
+        self.setup = setup
+        self.cfg = setup.cfg
+        self.device = torch.device(setup.device)
+        self.layer_ids = list(setup.layer_ids)
+        self.spec = load_target_spec(setup.model_dir)
+        self.tokenizer = check_tokenizer(setup.model_dir, self.spec)
+
+    def produce(self, g: int, conversation: Conversation) -> SequenceSample:
+        raise NotImplementedError
+
+    def produce_batch(
+        self, gs: list[int], conversations: list[Conversation]
+    ) -> list[SequenceSample]:
+        """Several samples at once; backends that batch regeneration override this."""
+        return [self.produce(g, c) for g, c in zip(gs, conversations, strict=True)]
+
+    # ----- rules shared by every backend -----
+    def prompt(self, conversation: Conversation) -> list[int]:
+        """The prompt the target answers: the turns before the first assistant turn, rendered
+        with the generation prompt, its last `max_prompt_tokens` tokens."""
+        return prompt_ids(self.tokenizer, prompt_turns(conversation), self.setup.max_prompt_tokens)
+
+    def setting(self, g: int) -> SamplingSetting:
+        return self.cfg.sampling[g % len(self.cfg.sampling)]
+
+    def budget(self, prompt_len: int) -> int:
+        """New tokens a sample may get: max_new_tokens, within max_length, at least one."""
+        return max(1, min(self.cfg.max_new_tokens, self.setup.max_length - prompt_len))
+
+    @staticmethod
+    def with_mask(prompt, response) -> tuple[torch.Tensor, torch.Tensor]:
+        """(prompt + response ids, loss mask True on the response) as tensors."""
+        ids = torch.cat(
+            (torch.as_tensor(prompt, dtype=torch.long), torch.as_tensor(response, dtype=torch.long))
+        )
+        mask = torch.zeros(ids.numel(), dtype=torch.bool)
+        mask[len(prompt) :] = True
+        return ids, mask
+
+
+_BACKENDS: dict[str, type[TargetBackend]] = {}
+
+
+def register_backend(name: str) -> Callable[[type[TargetBackend]], type[TargetBackend]]:
+    """Class decorator: make `target.backend=<name>` build this class."""
+
+    def add(cls: type[TargetBackend]) -> type[TargetBackend]:
+        if name in _BACKENDS and _BACKENDS[name] is not cls:
+            raise ValueError(f"target backend {name!r} is already registered")
+        _BACKENDS[name] = cls
+        return cls
+
+    return add
+
+
+def backend_names() -> tuple[str, ...]:
+    return tuple(_BACKENDS)
+
+
+def make_backend(setup: TargetSetup) -> TargetBackend:
+    name = setup.cfg.backend
+    if name not in _BACKENDS:
+        raise ValueError(f"target.backend={name!r} is invalid; allowed: {', '.join(_BACKENDS)}")
+    return _BACKENDS[name](setup)

@@ -1,0 +1,120 @@
+"""Training sources: line numbers and columns in errors, linear reading, and any dataset through
+the `datasets` library (source kind hf_dataset)."""
+
+import json
+
+import pytest
+
+from splitserve.data import (
+    DataConfig,
+    LineCounter,
+    SourceConfig,
+    load_prompts,
+    read_gsm8k,
+    read_hf_dataset,
+    read_sharegpt,
+)
+
+
+def test_line_counter_gives_the_line_of_each_offset():
+    text = "a\nbb\n\nccc\nd"
+    counter = LineCounter(text)
+    offsets = [0, 1, 2, 5, 6, 7, 10, 11]
+    assert [counter.line_at(o) for o in offsets] == [text.count("\n", 0, o) + 1 for o in offsets]
+    with pytest.raises(ValueError, match="must not decrease"):
+        counter.line_at(3)
+
+
+def test_a_bad_sharegpt_record_deep_in_the_file_is_named_by_its_line(tmp_path):
+    """3,000 records, one of them malformed: the error names its line (counted as the reader goes:
+    the reader stays linear, which scripts/bench_data.py measures)."""
+    good = {"conversations": [{"from": "human", "value": "hi"}, {"from": "gpt", "value": "hello"}]}
+    lines = ["["] + [json.dumps(good, indent=1) + "," for _ in range(2500)]
+    bad_line = sum(part.count("\n") + 1 for part in lines) + 1
+    lines += ['{"conversations": 7},'] + [json.dumps(good) + "," for _ in range(499)] + ["]"]
+    path = tmp_path / "sharegpt.json"
+    path.write_text("\n".join(lines))
+    assert len(read_sharegpt(path, limit=2500)) == 2500
+    with pytest.raises(ValueError, match=rf"sharegpt.json:{bad_line}: expected an object with a"):
+        read_sharegpt(path)
+
+
+def test_a_malformed_jsonl_line_is_named_by_line_and_column(tmp_path):
+    line = '{"question": "' + "a" * 80 + '", "answer": }'
+    path = tmp_path / "bad.jsonl"
+    path.write_text(json.dumps({"question": "q", "answer": "a"}) + "\n" + line + "\n")
+    column = line.index("}") + 1  # 97: where the value is missing, within that line
+    with pytest.raises(
+        ValueError, match=rf"bad.jsonl:2: not valid JSON \(Expecting value at column {column}\)"
+    ):
+        read_gsm8k(path)
+
+
+def _messages(i):
+    return [
+        {"role": "user", "content": f"question {i}"},
+        {"role": "assistant", "content": f"answer {i}"},
+    ]
+
+
+def test_hf_dataset_reads_local_files_and_saved_datasets(tmp_path):
+    import datasets
+
+    rows = [{"messages": _messages(i)} for i in range(5)]
+    jsonl = tmp_path / "chat.jsonl"
+    jsonl.write_text("\n".join(json.dumps(r) for r in rows))
+    assert read_hf_dataset(SourceConfig(kind="hf_dataset", path=str(jsonl))) == [
+        r["messages"] for r in rows
+    ]
+    streamed = read_hf_dataset(
+        SourceConfig(kind="hf_dataset", path=str(jsonl), streaming=True), limit=2
+    )
+    assert streamed == [rows[0]["messages"], rows[1]["messages"]]
+
+    pairs = datasets.Dataset.from_list(
+        [{"q": f"question {i}", "a": f"answer {i}"} for i in range(4)]
+    )
+    parquet = tmp_path / "pairs.parquet"
+    pairs.to_parquet(str(parquet))
+    got = read_hf_dataset(
+        SourceConfig(kind="hf_dataset", path=str(parquet), prompt_column="q", response_column="a")
+    )
+    assert got == [_messages(i) for i in range(4)]
+
+    saved = tmp_path / "saved"
+    datasets.DatasetDict(
+        {"train": datasets.Dataset.from_list(rows), "test": datasets.Dataset.from_list(rows[:1])}
+    ).save_to_disk(str(saved))
+    assert len(read_hf_dataset(SourceConfig(kind="hf_dataset", path=str(saved), split="test"))) == 1
+    with pytest.raises(ValueError, match="no split 'valid' \\(it has train, test\\)"):
+        read_hf_dataset(SourceConfig(kind="hf_dataset", path=str(saved), split="valid"))
+
+    # through the run's data config, with the held-out tail
+    split = load_prompts(
+        DataConfig(sources=[SourceConfig(kind="hf_dataset", path=str(jsonl))], eval_prompts=2)
+    )
+    assert len(split.train) == 3 and split.eval == [rows[3]["messages"], rows[4]["messages"]]
+
+
+def test_hf_dataset_errors_name_the_source_and_the_row(tmp_path):
+    path = tmp_path / "chat.jsonl"
+    path.write_text(
+        json.dumps({"messages": _messages(0)})
+        + "\n"
+        + json.dumps({"messages": [{"role": "robot", "content": "x"}]})
+        + "\n"
+    )
+    with pytest.raises(
+        ValueError, match=r"chat.jsonl row 1: messages\[0\] needs role system\|user\|assistant"
+    ):
+        read_hf_dataset(SourceConfig(kind="hf_dataset", path=str(path)))
+    with pytest.raises(ValueError, match=r"row 0: no column 'conversation' \(columns: messages\)"):
+        read_hf_dataset(
+            SourceConfig(kind="hf_dataset", path=str(path), messages_column="conversation")
+        )
+    text = tmp_path / "x.txt"
+    text.write_text("x")
+    with pytest.raises(ValueError, match="unknown file type"):
+        read_hf_dataset(SourceConfig(kind="hf_dataset", path=str(text)))
+    with pytest.raises(ValueError, match="needs path"):
+        read_hf_dataset(SourceConfig(kind="hf_dataset"))
