@@ -1,8 +1,9 @@
 """Typed configuration of a draft model and the target facts it is resolved against.
 
-`DraftConfig` is mirrored field for field by `conf/draft/*.yaml`; `resolve()` fills every
-"default from the target" field and validates the whole, so a model is only ever built from
-a complete, checked config.
+`DraftConfig` holds every field and its default; each registered architecture adds the defaults
+that differ for it, and Hydra sees both as `draft/<arch>_defaults` nodes (`store_hydra_defaults`,
+named by `conf/draft/<arch>.yaml`). `resolve()` fills every "default from the target" field and
+validates the whole, so a model is only ever built from a complete, checked config.
 """
 
 from __future__ import annotations
@@ -317,14 +318,22 @@ def load_draft_config(node: Any, where: str = "draft") -> DraftConfig:
     return load_dataclass(DraftConfig, node, where, base=get_arch(arch).defaults)
 
 
-def store_hydra_defaults() -> None:
+def store_hydra_defaults(conf_dir: str | None = None) -> None:
     """Give Hydra one `draft/<arch>_defaults` node per registered architecture (DraftConfig's
     defaults under that architecture's registered ones), so `conf/draft/<arch>.yaml` names its
-    defaults instead of repeating them and every field stays overridable (`draft.rope=partial`)."""
+    defaults instead of repeating them and every field stays overridable (`draft.rope=partial`);
+    and a `draft/<arch>` option for every architecture without such a file in `conf_dir`
+    (plugins), so `draft=<arch>` selects it too. (Hydra refuses a stored node of the same name as
+    a file, hence the check.)"""
+    from pathlib import Path
+
     from hydra.core.config_store import ConfigStore
 
     from .registry import arch_names
 
+    files = {p.stem for p in (Path(conf_dir) / "draft").glob("*.yaml")} if conf_dir else set()
     store = ConfigStore.instance()
     for name in arch_names():
         store.store(group="draft", name=f"{name}_defaults", node=DraftConfig.for_arch(name))
+        if name not in files:
+            store.store(group="draft", name=name, node={"defaults": [f"{name}_defaults", "_self_"]})

@@ -6,7 +6,11 @@ Per block prediction k (1-based) with weight w_k = exp(-(k-1)/decay):
   c*_k = 1 - 0.5 || p_d,k - p_t,k ||_1             (no gradient: a soft label)
   CONF = BCE(c_k, c*_k)
   L    = ce_weight * CE + distill_weight * TV + confidence_weight * CONF
-each averaged over valid predictions with weights w_k (sum_k w_k m_k l_k / sum_k w_k m_k).
+each averaged over valid predictions with weights w_k (sum_k w_k m_k l_k / sum_k w_k m_k). m_k is
+the label mask (a block stops being supervised at its first label outside the loss mask). Under
+data parallelism the denominator is that sum over every rank's micro-batch and the loss is
+scaled by the number of ranks (`weight_total`, `scale`; see DraftTrainer.train_step), so every
+supervised token of a micro-step weighs the same whatever rank it lands on, as in DeepSpec.
 
 Memory bound: only `chunk_rows` predictions have vocabulary-wide tensors alive at a time, and
 each chunk runs under activation checkpointing, so its logits are recomputed in backward instead

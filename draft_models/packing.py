@@ -28,9 +28,8 @@ class SequenceSample:
 
     input_ids: torch.Tensor  # [L] int64
     loss_mask: torch.Tensor  # [L] bool: position t is an assistant token to be predicted
-    aux_hidden: (
-        torch.Tensor
-    )  # [L, m * H]: target layers' outputs, concatenated in target_layer_ids order
+    # [L, m * H]: target layers' outputs, concatenated in target_layer_ids order
+    aux_hidden: torch.Tensor
     final_hidden: torch.Tensor  # [L, H]: target's final normed hidden state (LM head input)
 
     def to_device(self, device) -> SequenceSample:

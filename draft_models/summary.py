@@ -56,5 +56,7 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    store_hydra_defaults()
+    from pathlib import Path
+
+    store_hydra_defaults(str(Path(__file__).resolve().parents[1] / "conf"))
     main()

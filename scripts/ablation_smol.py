@@ -22,9 +22,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from splitserve.checkpoint import complete_checkpoints
-
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # the checkout, installed or not
+
+from splitserve.checkpoint import complete_checkpoints  # noqa: E402
 
 
 def train(out: Path, sweep: str, axis: str, overrides: list[str]) -> None:
@@ -143,10 +144,11 @@ def evaluate(out: Path, args: list[str]) -> None:
 def report(out: Path) -> None:
     base = [sys.executable, "-m", "serving.ablation_report"]
     subprocess.run(base + [str(out / "rope"), "--out", str(out / "rope")], cwd=ROOT, check=True)
+    # the comparison: DSpark (rope job 0, the recipe default) vs DFlash vs EAGLE-3
     for t in (
         "0",
         "1",
-    ):  # the comparison: DSpark (rope job 0, the recipe default) vs DFlash vs EAGLE-3
+    ):
         subprocess.run(
             base
             + [
@@ -168,9 +170,8 @@ def main() -> None:
     out, phase, rest = Path(sys.argv[1]).resolve(), sys.argv[2], sys.argv[3:]
     if phase == "train-rope":
         train(out, "rope", "draft.rope=full,partial,interleaved", rest)
-    elif (
-        phase == "train-arch"
-    ):  # EAGLE-3 is a single-layer chain: the recipe's num_layers=2 does not apply
+    # EAGLE-3 is a single-layer chain: the recipe's num_layers=2 does not apply
+    elif phase == "train-arch":
         for sweep, n, axis in JOBS:
             if sweep == "arch":
                 subprocess.run(single_run(out / sweep / n, axis, rest), cwd=ROOT, check=True)

@@ -64,6 +64,7 @@ def main() -> int:
     rows = []
     for kind, reader in (("sharegpt", read_sharegpt), ("gsm8k", read_gsm8k)):
         path = default_path(kind)
+        prev_n = prev_s = prev_base = None  # the previous size's records, seconds, baseline seconds
         for size in args.sizes:
             limit = size or None
             seconds, records = timed(reader, path, limit)
@@ -74,12 +75,19 @@ def main() -> int:
                 "seconds": round(seconds, 3),
                 "us_per_record": round(1e6 * seconds / max(records, 1), 1),
             }
-            if kind == "sharegpt" and size and size <= args.baseline_max:
-                base_s, base_n = timed(quadratic_sharegpt, path, limit)
-                row.update(
-                    baseline_seconds=round(base_s, 3),
-                    baseline_us_per_record=round(1e6 * base_s / max(base_n, 1), 1),
+            if prev_n is not None and records > prev_n:
+                row["marginal_us_per_record"] = round(
+                    1e6 * (seconds - prev_s) / (records - prev_n), 1
                 )
+            base_s = None
+            if kind == "sharegpt" and size and size <= args.baseline_max:
+                base_s, _ = timed(quadratic_sharegpt, path, limit)
+                row["baseline_seconds"] = round(base_s, 3)
+                if prev_base is not None:
+                    row["baseline_marginal_us_per_record"] = round(
+                        1e6 * (base_s - prev_base) / (records - prev_n), 1
+                    )
+            prev_n, prev_s, prev_base = records, seconds, base_s
             rows.append(row)
             print(json.dumps(row), flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)

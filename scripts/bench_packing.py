@@ -16,13 +16,16 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import sys
 import time
 from pathlib import Path
 
 import torch
 import yaml
 
-from draft_models import (
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout, installed or not
+
+from draft_models import (  # noqa: E402
     DraftConfig,
     FrozenTargetHead,
     SequenceSample,
@@ -31,7 +34,7 @@ from draft_models import (
     distillation_loss,
     pack_sequences,
 )
-from splitserve.target.config import resolve_dtype
+from splitserve.target.config import resolve_dtype  # noqa: E402
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 

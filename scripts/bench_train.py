@@ -212,9 +212,8 @@ def compare_splits(
         print(f"split {row['split']} ({row['mode']}): job done in {job['steps']} steps", flush=True)
         if on_result is not None:
             on_result(rows)
-    rate = pooled_target_rate(
-        list({id(r["job"]): r["job"] for r in rows}.values())
-    )  # a proxy counts once
+    # a proxy counts once
+    rate = pooled_target_rate(list({id(r["job"]): r["job"] for r in rows}.values()))
     for (t, _), row in zip(splits, rows, strict=True):
         row["projected"] = project(row["job"], t, global_batch, rate)
 

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Install sglang 0.5.23 and exactly the modules its import chain needs, with --no-deps, into an
-# isolated directory (default .sglang-cpu/) that only the export test's subprocess puts on its
-# path: SGLang's own DSpark config parser then runs on a CPU machine without SGLang's GPU stack
-# (its pinned torch, its CUDA kernels). Versions are the ones this was verified with.
+# isolated directory that only the tests' SGLang subprocess (tests/_sglang_cpu.py) puts on its
+# path: SGLang's own config parsers, rotary embedding and server-argument resolution then run on
+# a CPU machine without SGLang's GPU stack (its pinned torch, its CUDA kernels). The test suite
+# calls this on first use with ~/.cache/splitserve/sglang-cpu-0.5.23 (tests/conftest.py); a
+# checkout's .sglang-cpu/ (the default here) is used first when present. Versions are the ones
+# this was verified with.
 set -euo pipefail
 DEST=${1:-.sglang-cpu}
 PY=${PYTHON:-.venv/bin/python}

@@ -23,11 +23,12 @@ from splitserve import checkpoint
 
 from . import cli
 
+# where a job ran, not what it trained
 BOOKKEEPING = (
     "train.run_dir=",
     "hydra.",
     "split.master_port=",
-)  # where a job ran, not what it trained
+)
 
 
 def _param_count(ckpt: Path) -> int:
@@ -164,7 +165,8 @@ def jobs_of(sweep: Path) -> list[Path]:
     return jobs
 
 
-def main(argv=None) -> int:
+def build_parser():
+    """This CLI's flags (its --help)."""
     ap = cli.parser("ablation_report", "Markdown table + PNG of a Hydra multirun ablation")
     ap.add_argument(
         "sweeps",
@@ -176,6 +178,11 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--temperature", type=cli.TEMPERATURE, default=0.0, help="which evaluation to report"
     )
+    return ap
+
+
+def main(argv=None) -> int:
+    ap = build_parser()
     args = ap.parse_args(argv)
     try:
         rows = [read_job(j, args.temperature) for s in args.sweeps for j in jobs_of(s)]

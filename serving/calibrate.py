@@ -3,7 +3,7 @@ reads from `--speculative-dspark-confidence-sts-path`.
 
     python -m serving.calibrate --checkpoint RUN/checkpoints/step-N --out sts.json
         [--prompts held-out|gsm8k|mtbench|humaneval] [--limit N] [--max-new-tokens N]
-        [--device auto]
+        [--min-per-class N] [--target DIR] [--device auto] [--dtype auto]
 
 `held-out` (default) takes the prompts the training run held out of every source (its config is
 saved in the checkpoint), so calibration never sees training prompts. The decoder runs greedy with
@@ -66,7 +66,8 @@ def _auc(value: float) -> str:
     return "n/a" if value != value else f"{value:.4f}"  # nan: one class only, AUC undefined
 
 
-def main(argv=None) -> int:
+def build_parser():
+    """This CLI's flags (its --help)."""
     ap = cli.parser(
         "calibrate", "Fit STS calibration of the confidence head; write SGLang's STS JSON"
     )
@@ -86,6 +87,11 @@ def main(argv=None) -> int:
         default=10,
         help="a position is fitted only with at least this many accepted and rejected drafts",
     )
+    return ap
+
+
+def main(argv=None) -> int:
+    ap = build_parser()
     args = ap.parse_args(argv)
     try:
         # raw confidence logits, every slot verified: fixed schedule, no STS, the trained block

@@ -14,7 +14,8 @@ class _HelpWithDefaults(argparse.ArgumentDefaultsHelpFormatter):
 
     def _get_help_string(self, action):
         text = action.help or ""
-        if action.default in (None, False, argparse.SUPPRESS) or "default" in text:
+        no_default = action.default is None or action.default is False
+        if no_default or action.default is argparse.SUPPRESS or "default" in text:
             return text
         return super()._get_help_string(action)
 

@@ -1,40 +1,39 @@
-"""Reference speculative decoder, batch 1: an HF causal-LM target + a DSpark, DFlash or EAGLE-3
-draft (or none).
+"""Speculative decoder, batch 1: a causal-LM target + a draft of any registered architecture
+(DSpark, DFlash, EAGLE-3, ...) or none.
 
 One step: the draft proposes gamma tokens for the block opened by the last emitted token (the
 anchor) from the target states of committed positions; the scheduler picks how many of them may
-be accepted; the target verifies the anchor and the drafts in one forward over its KV cache; the
-longest acceptable prefix plus one bonus token is emitted; the target cache is cropped back past
-rejected tokens and the draft's context grows by the committed positions only.
+be accepted; the target verifies the anchor and the drafts in one forward; the longest acceptable
+prefix plus one bonus token is emitted; the target engine forgets the rejected tokens and the
+draft's context grows by the committed positions only.
 
 Lossless: greedy accepts a draft token only if it equals the target's argmax, and the bonus is
 the target's argmax, so the output is the target's greedy decoding; with temperature, draft token
 d ~ q is accepted with probability min(1, p(d) / q(d)) and a rejection resamples from
 norm(max(0, p - q)), the bonus from p, which leaves the target's distribution exactly.
 
-Step shape (so a CUDA-graph path can follow without a rewrite): the draft always proposes gamma
-tokens; the verify input is padded to one of `verify_widths` (padding = the remaining draft
-tokens, masked out of acceptance, their cache entries cropped); the schedule, the acceptance
-count and the bonus token stay device tensors. With a single verify width the only host read of
-a step is the emitted tokens (which also gives the cache crop length). With several widths the
-decoder reads the scheduled length once to pick the width, as a graph-bucket choice must.
-Targets with linear-attention (KDA) layers: their recurrent state cannot be cropped, so verify
-stages each position's state and the accepted one is committed (`linear_state.py`).
+The target runs in an engine (splitserve.target.runtime): eager (transformers with a cropped
+DynamicCache; linear-attention (KDA) layers stage each verified position's state and commit the
+accepted one) or static (a static KV cache with one CUDA graph per verify width on a GPU). Beside
+a graphed target, a proposer with static state (DSpark, DFlash) is kept across requests and its
+greedy proposal replays one CUDA graph (GraphedGreedyProposal; not yet run on a GPU).
+Step shape: the draft always proposes gamma tokens; the verify input is padded to one of
+`verify_widths` (padding = the remaining draft tokens, masked out of acceptance and forgotten);
+the schedule, the acceptance count and the bonus token stay device tensors. With a single verify
+width the only host read of a step is the emitted tokens; with several widths the decoder reads
+the scheduled length once to pick the width, as a graph-bucket choice must.
 """
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
-from transformers import DynamicCache
 
 from draft_models import get_arch, pick
-from splitserve.target.capture import capture_states
-from splitserve.target.linear_state import LinearStateStager, crop_cache, has_linear_layers
-from splitserve.target.models import cache_kwarg
+from splitserve.target.runtime import make_engine
+from splitserve.target.runtime.graphs import capture
 
 from .scheduler import SchedulerConfig, single_request_length
 
@@ -42,19 +41,15 @@ from .scheduler import SchedulerConfig, single_request_length
 @dataclass
 class DecodeResult:
     token_ids: list[int]
-    accept_lengths: list[int] = field(
-        default_factory=list
-    )  # tokens emitted per step (bonus included)
-    verified: list[int] = field(
-        default_factory=list
-    )  # draft tokens allowed into acceptance per step
+    # tokens emitted per step (bonus included)
+    accept_lengths: list[int] = field(default_factory=list)
+    # draft tokens allowed into acceptance per step
+    verified: list[int] = field(default_factory=list)
     accepted: list[int] = field(default_factory=list)  # draft tokens accepted per step
-    widths: list[int] = field(
-        default_factory=list
-    )  # tokens the target ran per step (anchor + drafts + padding)
-    confidence_logits: list[list[float]] = field(
-        default_factory=list
-    )  # raw, per step (record_confidence=True)
+    # tokens the target ran per step (anchor + drafts + padding)
+    widths: list[int] = field(default_factory=list)
+    # raw, per step (record_confidence=True)
+    confidence_logits: list[list[float]] = field(default_factory=list)
 
     @property
     def steps(self) -> int:
@@ -98,9 +93,33 @@ def accept_block(
     return accepted, tokens
 
 
-def make_proposer(draft, gamma: int, sts: torch.Tensor):
-    """The decode-time state of `draft`, from its architecture's registry entry."""
-    return get_arch(draft.cfg.arch).proposer(draft, gamma, sts)
+def make_proposer(draft, gamma: int, sts: torch.Tensor, capacity: int):
+    """The decode-time state of `draft`, from its architecture's registry entry (a proposer with
+    static state gets buffers for `capacity` positions)."""
+    cls = get_arch(draft.cfg.arch).proposer
+    if getattr(cls, "static_state", False):
+        return cls(draft, gamma, sts, capacity)
+    return cls(draft, gamma, sts)
+
+
+class GraphedGreedyProposal:
+    """A static-state proposer's greedy proposal as one CUDA-graph replay: captured on first use
+    over the proposer's own input buffers and context buffers, which later requests reuse."""
+
+    def __init__(self, proposer) -> None:
+        self.proposer, self.graph, self.outputs = proposer, None, None
+
+    def __call__(self, anchor: torch.Tensor, pos: int, temperature: float, generator):
+        p = self.proposer
+        if temperature > 0:  # sampling draws from a torch generator: run eagerly
+            return p.propose(anchor, pos, temperature, generator)
+        p.anchor_in.copy_(anchor)
+        p.pos_in.fill_(pos)
+        if self.graph is None:
+            self.graph, self.outputs = capture(p.greedy_step, p.anchor_in.device)
+        self.graph.replay()
+        tokens, survival, p.confidence_logits = self.outputs
+        return tokens, None, survival
 
 
 class SpeculativeDecoder:
@@ -114,10 +133,15 @@ class SpeculativeDecoder:
         sts_temperatures: list[float] | None = None,
         block_size: int | None = None,
         verify_widths: Sequence[int] | None = None,
+        runtime: str = "auto",
+        max_len: int = 4096,
     ) -> None:
+        """`runtime`: how the target runs (splitserve.target.runtime.make_engine: eager, static =
+        static KV cache with one CUDA graph per verify width on a GPU, auto = static where the
+        target allows it on a GPU); `max_len`: the most positions one request may use."""
         self.target = target.eval()
         self.device = next(target.parameters()).device
-        self.linear = has_linear_layers(target)
+        self.runtime, self.max_len = runtime, max_len
         self.draft = draft.eval() if draft is not None else None
         self.scheduler = scheduler = scheduler or SchedulerConfig("fixed")
         self.gamma, self.layer_ids, self.sps_by_width = 0, [], None
@@ -160,35 +184,17 @@ class SpeculativeDecoder:
                 f"verify_widths {widths} must be >= 1 and end at gamma + 1 = {self.gamma + 1}"
             )
         self.verify_widths = widths
-
-    def _target_forward(self, ids: torch.Tensor, start: int, cache: DynamicCache):
-        """Logits [n, V] and captured draft features [n, m*H] for token ids [n] at positions
-        start.."""
-        pos = torch.arange(start, start + ids.shape[0], device=self.device)[None]
-        with capture_states(self.target, self.layer_ids) as store:
-            out = self.target(
-                input_ids=ids[None],
-                position_ids=pos,
-                use_cache=True,
-                **cache_kwarg(self.target, cache),
-            )
-        feats = (
-            torch.cat([store["layers"][i][0] for i in self.layer_ids], -1)
-            if self.layer_ids
-            else None
+        self.engine = make_engine(
+            self.target, self.layer_ids, runtime, max_len=max_len, widths=widths
         )
-        return out.logits[0].float(), feats
+        # with a graphed target the proposer is kept across requests and, greedy, graphed too
+        self.kept_proposer = self.graphed_proposal = None
 
     def _width_for(self, n_verify: torch.Tensor) -> int:
         if len(self.verify_widths) == 1:
             return self.verify_widths[0]
         need = int(n_verify) + 1  # the one host read a multi-width (bucketed) step makes
         return next(w for w in self.verify_widths if w >= need)
-
-    def _new_cache(self) -> DynamicCache:
-        return DynamicCache(
-            config=self.target.config
-        )  # the config tells hybrid models which layers are linear
 
     @torch.no_grad()
     def generate(
@@ -205,43 +211,33 @@ class SpeculativeDecoder:
         step; for calibration only)."""
         if not prompt_ids:
             raise ValueError("prompt_ids is empty")
-        stager = LinearStateStager(self.target) if self.linear else None
-        with stager or contextlib.nullcontext():
+        self.engine.begin(len(prompt_ids) + max_new_tokens + self.gamma + 1)
+        try:
             return self._generate(
-                prompt_ids,
-                max_new_tokens,
-                temperature,
-                eos_token_id,
-                seed,
-                record_confidence,
-                stager,
+                prompt_ids, max_new_tokens, temperature, eos_token_id, seed, record_confidence
             )
+        finally:
+            self.engine.close()
 
     def _generate(
-        self,
-        prompt_ids,
-        max_new_tokens,
-        temperature,
-        eos_token_id,
-        seed,
-        record_confidence,
-        stager: LinearStateStager | None,
+        self, prompt_ids, max_new_tokens, temperature, eos_token_id, seed, record_confidence
     ) -> DecodeResult:
         generator = torch.Generator(self.device).manual_seed(seed) if temperature > 0 else None
-        cache = self._new_cache()
+        engine = self.engine
         prompt = torch.tensor(prompt_ids, device=self.device)
-        logits, feats = self._target_forward(prompt, 0, cache)
+        logits, feats = engine.forward(prompt, 0)
         anchor, _ = pick(logits[-1], temperature, generator)
-        proposer = None
+        proposer = propose = None
         if self.draft is not None:
-            proposer = make_proposer(self.draft, self.gamma, self.sts)
+            proposer, propose = self._proposer(len(prompt_ids) + max_new_tokens + self.gamma + 1)
+            propose = propose or proposer.propose
             proposer.commit(feats, prompt, 0)
         out = DecodeResult(token_ids=[int(anchor)])
         pos = len(prompt_ids)  # position of the anchor (not yet in the target cache)
         while len(out.token_ids) < max_new_tokens and out.token_ids[-1] != eos_token_id:
             budget = max_new_tokens - len(out.token_ids)
             if proposer is not None:
-                drafts, dists, survival = proposer.propose(anchor, pos, temperature, generator)
+                drafts, dists, survival = propose(anchor, pos, temperature, generator)
                 n_verify = torch.clamp(
                     single_request_length(survival, self.scheduler, self.sps_by_width), max=budget
                 )
@@ -252,13 +248,7 @@ class SpeculativeDecoder:
                     torch.zeros((), dtype=torch.long, device=self.device),
                 )
             width = self._width_for(n_verify) if proposer is not None else 1
-            if stager is not None:
-                stager.staging = True
-            logits, feats = self._target_forward(
-                torch.cat((anchor, drafts[: width - 1])), pos, cache
-            )
-            if stager is not None:
-                stager.staging = False
+            logits, feats = engine.forward(torch.cat((anchor, drafts[: width - 1])), pos)
             accepted, tokens = accept_block(
                 drafts[: width - 1],
                 None if dists is None else dists[: width - 1],
@@ -267,19 +257,12 @@ class SpeculativeDecoder:
                 temperature,
                 generator,
             )
-            packed = torch.cat(
-                (accepted.view(1), n_verify.view(1).to(accepted), tokens)
-            ).tolist()  # the host read
+            # the host read
+            packed = torch.cat((accepted.view(1), n_verify.view(1).to(accepted), tokens)).tolist()
             n_acc, n_ver, emitted = packed[0], packed[1], packed[2 : 3 + packed[0]]
             if eos_token_id is not None and eos_token_id in emitted:
                 emitted = emitted[: emitted.index(eos_token_id) + 1]
-            if (
-                stager is not None
-            ):  # linear layers: keep the staged state of the last committed position
-                stager.commit(cache, n_acc)
-            crop_cache(
-                cache, width - n_acc - 1
-            )  # drop the target states of rejected and padding tokens
+            engine.accept(width, n_acc)  # forget rejected drafts and padding
             if proposer is not None:
                 proposer.commit(feats[: n_acc + 1], torch.cat((anchor, drafts[:n_acc])), pos)
             out.token_ids += emitted
@@ -298,6 +281,23 @@ class SpeculativeDecoder:
         out.token_ids = out.token_ids[:max_new_tokens]
         return out
 
+    def _proposer(self, need: int):
+        """(proposer, graphed greedy proposal or None) for a request of `need` positions. With
+        CUDA graphs (the static engine on a GPU) a static-state proposer is kept, reset per
+        request, and its greedy proposal graphed; else a fresh one per request, sized to it."""
+        graphs = getattr(self.engine, "graphs", False)
+        kept = self.kept_proposer
+        if graphs and kept is not None and kept.capacity >= need:
+            kept.reset()
+            return kept, self.graphed_proposal
+        capacity = max(need, self.max_len) if graphs else need
+        proposer = make_proposer(self.draft, self.gamma, self.sts, capacity)
+        if graphs and getattr(proposer, "static_state", False):
+            self.kept_proposer = proposer
+            self.graphed_proposal = GraphedGreedyProposal(proposer)
+            return proposer, self.graphed_proposal
+        return proposer, None
+
     @torch.no_grad()
     def draft_step_seconds(self, prompt_ids: list[int], repeats: int = 10) -> float:
         """Median wall time of one draft proposal (gamma tokens) over the prompt's context."""
@@ -306,10 +306,13 @@ class SpeculativeDecoder:
 
         if self.draft is None:
             return 0.0
-        logits, feats = self._target_forward(
-            torch.tensor(prompt_ids, device=self.device), 0, self._new_cache()
-        )
-        proposer = make_proposer(self.draft, self.gamma, self.sts)
+        prompt = torch.tensor(prompt_ids, device=self.device)
+        self.engine.begin(len(prompt_ids) + 1)
+        try:
+            logits, feats = self.engine.forward(prompt, 0)
+        finally:
+            self.engine.close()
+        proposer, graphed = self._proposer(len(prompt_ids) + 1)
         proposer.commit(feats, torch.tensor(prompt_ids, device=self.device), 0)
         anchor = logits[-1:].argmax(-1)
         times = []
@@ -317,7 +320,7 @@ class SpeculativeDecoder:
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)
             t0 = time.perf_counter()
-            proposer.propose(anchor, len(prompt_ids), 0.0, None)
+            (graphed or proposer.propose)(anchor, len(prompt_ids), 0.0, None)
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)
             times.append(time.perf_counter() - t0)

@@ -90,7 +90,9 @@ def _timed(
 def run_bench(
     decoder: SpeculativeDecoder, tok, items: list[list[str]], args, desc: str = ""
 ) -> dict:
-    baseline = SpeculativeDecoder(decoder.target, None)
+    baseline = SpeculativeDecoder(
+        decoder.target, None, runtime=decoder.runtime, max_len=decoder.max_len
+    )
     spec, base = Tally(decoder.gamma), Tally(1)
     identical = turns = 0
     for i, item in enumerate(tqdm(items, desc=desc, unit="item", dynamic_ncols=True)):
@@ -204,7 +206,8 @@ def plot_acceptance(reports: dict[str, dict], path: Path, title: str) -> dict:
     }
 
 
-def main(argv=None) -> int:
+def build_parser():
+    """This CLI's flags (its --help)."""
     ap = cli.parser(
         "evaluate", "Evaluate a draft: tau, acceptance by position, speed vs target-only"
     )
@@ -225,6 +228,11 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--no-plot", action="store_true", help="skip acceptance.png (no matplotlib needed)"
     )
+    return ap
+
+
+def main(argv=None) -> int:
+    ap = build_parser()
     args = ap.parse_args(argv)
     benches = [b for b in args.bench.split(",") if b]
     try:

@@ -36,7 +36,7 @@ from . import cli
 from .sps import SpsTable
 
 
-def sglang_config(cfg: DraftConfig, target: TargetSpec) -> dict:
+def export_config(cfg: DraftConfig, target: TargetSpec) -> dict:
     """SGLang's config.json for `cfg`; ValueError with the reason when SGLang cannot serve it."""
     arch = get_arch(cfg.arch)
     if arch.export is None:
@@ -56,7 +56,7 @@ def export(
         raise ValueError(f"dtype {dtype!r} is invalid; allowed: {', '.join(sorted(WEIGHT_DTYPES))}")
     draft = checkpoint.read_draft(ckpt)
     try:
-        config = sglang_config(draft.cfg, draft.target)
+        config = export_config(draft.cfg, draft.target)
     except ValueError as exc:
         raise ValueError(f"cannot export {draft.path} for SGLang: {exc}") from None
     if sts is not None:
@@ -91,7 +91,8 @@ def load_exported(path: Path, head: FrozenTargetHead) -> DraftModel:
     return draft
 
 
-def main(argv=None) -> int:
+def build_parser():
+    """This CLI's flags (its --help)."""
     ap = cli.parser("export", "Export a SplitServe draft checkpoint for SGLang's DSPARK")
     ap.add_argument(
         "--checkpoint",
@@ -108,6 +109,11 @@ def main(argv=None) -> int:
         choices=sorted(WEIGHT_DTYPES),
         help="weight dtype (SGLang serves the draft in the target's dtype; bf16 for Ling-3)",
     )
+    return ap
+
+
+def main(argv=None) -> int:
+    ap = build_parser()
     args = ap.parse_args(argv)
     try:
         out = export(args.checkpoint, args.out, args.sps, args.sts, dtype=args.dtype)

@@ -1,9 +1,10 @@
 """Generate with a trained draft and its target, losslessly.
 
     python -m serving.generate --checkpoint RUN/checkpoints/step-N --prompt "What is 7 x 8?"
-        [--target DIR] [--temperature T] [--max-new-tokens N] [--block-size G]
-        [--scheduler fixed|threshold|prefix] [--sps sps.json] [--sts sts.json] [--device auto]
-        [--json]
+        [--temperature T] [--max-new-tokens N] [--seed S] [--json] [--block-size G] [...]
+
+(`--help` lists every flag with its default: the model flags --target --device --dtype and the
+decoding flags --block-size --scheduler --threshold --sps --sts --verify-widths --runtime.)
 
 The target defaults to the model directory the checkpoint was trained against (its meta.json);
 `--target` must have the same shape. `--json` prints one object: token_ids, text,
@@ -21,7 +22,8 @@ from . import cli
 from .loading import add_decoding_args, add_model_args, decoder_from_args
 
 
-def main(argv=None) -> int:
+def build_parser():
+    """This CLI's flags (its --help)."""
     ap = cli.parser("generate", "Lossless speculative generation with a SplitServe draft")
     add_model_args(ap)
     add_decoding_args(ap)
@@ -36,6 +38,11 @@ def main(argv=None) -> int:
         action="store_true",
         help="print one JSON object (token_ids, text, accept_lengths, steps) instead of the text",
     )
+    return ap
+
+
+def main(argv=None) -> int:
+    ap = build_parser()
     args = ap.parse_args(argv)
     try:
         decoder, tok = decoder_from_args(args)

@@ -70,7 +70,8 @@ def validate_with_sglang(argv: list[str]) -> bool:
     return True
 
 
-def main(args_in=None) -> int:
+def build_parser():
+    """This CLI's flags (its --help)."""
     ap = cli.parser("launch", "Serve a target with an exported DSpark draft through SGLang 0.5.23")
     ap.add_argument("--target", required=True, help="target model path (as sglang's --model-path)")
     ap.add_argument(
@@ -79,6 +80,11 @@ def main(args_in=None) -> int:
     ap.add_argument("--tp-size", type=cli.POSITIVE, default=1, help="tensor parallel GPUs")
     ap.add_argument("--port", type=cli.int_at_least(1, 65535), default=30000, help="server port")
     ap.add_argument("--exec", action="store_true", help="run the command instead of printing it")
+    return ap
+
+
+def main(args_in=None) -> int:
+    ap = build_parser()
     args, extra = ap.parse_known_args(args_in)
     try:
         argv, env = build_command(args.target, args.draft, args.tp_size, args.port, extra)

@@ -25,9 +25,24 @@ from .sps import SpsTable
 
 
 def pick_device(name: str = "auto") -> torch.device:
+    """--device: auto (a GPU when one is visible), cpu, cuda or cuda:i; ValueError otherwise."""
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise ValueError(
+            f"--device {name!r} is invalid; allowed: auto, cpu, cuda, cuda:i"
+        ) from None
+    if device.type not in ("cpu", "cuda"):
+        raise ValueError(f"--device {name!r} is invalid; allowed: auto, cpu, cuda, cuda:i")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"--device {name}: no CUDA device is visible")
+    if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
+        raise ValueError(
+            f"--device {name}: only {torch.cuda.device_count()} CUDA devices are visible"
+        )
+    return device
 
 
 def target_dir_of(draft: checkpoint.DraftCheckpoint, target_dir: Path | None = None) -> Path:
@@ -49,6 +64,7 @@ def load_decoder(
     device: str = "auto",
     verify_widths=None,
     dtype: str = "auto",
+    runtime: str = "auto",
 ):
     """(decoder, tokenizer) for a SplitServe checkpoint (or a run directory's newest one). dtype
     auto: fp32 on CPU, bf16 on GPU (greedy output is bit-identical to target-only decoding in
@@ -83,6 +99,7 @@ def load_decoder(
         sts_temperatures=temps,
         block_size=block_size,
         verify_widths=verify_widths,
+        runtime=runtime,
     )
     return decoder, tokenizer
 
@@ -134,6 +151,14 @@ def add_decoding_args(ap, *, scheduler_default: str = "fixed") -> None:
         nargs="+",
         help="verify shapes (graph buckets); default: every width 1..gamma+1",
     )
+    ap.add_argument(
+        "--runtime",
+        default="auto",
+        choices=["auto", "eager", "static"],
+        help="how the target runs: static = a static KV cache and one CUDA graph per verify width "
+        "on a GPU (Llama-family targets), eager = transformers; auto: static where it applies on a "
+        "GPU, else eager",
+    )
 
 
 def decoder_from_args(args):
@@ -153,4 +178,5 @@ def decoder_from_args(args):
         device=args.device,
         verify_widths=args.verify_widths,
         dtype=args.dtype,
+        runtime=args.runtime,
     )

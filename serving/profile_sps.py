@@ -32,9 +32,8 @@ def profile(target, widths: list[int], context: int, repeats: int, device) -> Sp
         raise ValueError("--context and --repeats must be >= 1")
     vocab = target.config.get_text_config().vocab_size
     g = torch.Generator().manual_seed(0)
-    cache = DynamicCache(
-        config=target.config
-    )  # hybrid (linear-attention) targets need their layer kinds
+    # hybrid (linear-attention) targets need their layer kinds
+    cache = DynamicCache(config=target.config)
     with torch.no_grad():
         target(
             input_ids=torch.randint(0, vocab, (1, context), generator=g).to(device),
@@ -56,14 +55,14 @@ def profile(target, widths: list[int], context: int, repeats: int, device) -> Sp
                 if device.type == "cuda":
                     torch.cuda.synchronize()
                 times.append(time.perf_counter() - t0)
-                crop_cache(
-                    cache, w
-                )  # back to `context` (linear layers' state is irrelevant to timing)
+                # back to `context` (linear layers' state is irrelevant to timing)
+                crop_cache(cache, w)
             rates.append(1.0 / statistics.median(times[1:]))
     return SpsTable(list(widths), rates, widths[-1])
 
 
-def main(argv=None) -> int:
+def build_parser():
+    """This CLI's flags (its --help)."""
     ap = cli.parser("profile_sps", "Profile verify steps/s by width; write SGLang's SPS table JSON")
     ap.add_argument("--out", required=True, type=Path, help="the SPS JSON to write")
     ap.add_argument(
@@ -80,6 +79,11 @@ def main(argv=None) -> int:
         "--context", type=cli.POSITIVE, default=512, help="tokens already in the KV cache"
     )
     ap.add_argument("--repeats", type=cli.POSITIVE, default=5, help="timed steps per width")
+    return ap
+
+
+def main(argv=None) -> int:
+    ap = build_parser()
     args = ap.parse_args(argv)
     try:
         if args.target is None:

@@ -237,7 +237,12 @@ def resolve(path: Path, log: Callable[[str], None] = _stderr) -> Path:
             )
         log(f"using {ckpt} (the newest complete checkpoint of {path})")
         return ckpt
-    why = problem(path, DRAFT_FILES)
+    looks_like_one = path.name.startswith(("step-", ".tmp-step-")) or (path / COMPLETE).exists()
+    why = (
+        problem(path, DRAFT_FILES)
+        if looks_like_one
+        else "not a checkpoint directory (no step-N name, no COMPLETE)"
+    )
     if why is not None:
         raise ValueError(
             f"{path} is not a complete SplitServe checkpoint: {why} "
@@ -247,7 +252,8 @@ def resolve(path: Path, log: Callable[[str], None] = _stderr) -> Path:
 
 
 def read_draft(path: Path, log: Callable[[str], None] = _stderr) -> DraftCheckpoint:
-    """The draft of a checkpoint (see `resolve` for what `path` may be)."""
+    """The draft of a checkpoint (see `resolve` for what `path` may be; a path that is already a
+    resolved checkpoint is validated again, which costs a few stat calls)."""
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 

@@ -109,6 +109,8 @@ class RunConfig:
             )
         if self.target.generate_batch < 1:
             raise bad("target.generate_batch", self.target.generate_batch, "an integer >= 1")
+        if self.target.produce_window < 0:
+            raise bad("target.produce_window", self.target.produce_window, "an integer >= 0")
         if self.train.decode_eval_prompts < 0 or self.train.decode_eval_tokens < 1:
             raise bad(
                 "train.decode_eval_prompts / decode_eval_tokens",
@@ -118,8 +120,13 @@ class RunConfig:
         for name in ("steps", "micro_batch", "grad_accum", "num_anchors", "threads_per_proc"):
             if getattr(self.train, name) < 1:
                 raise bad(f"train.{name}", getattr(self.train, name), "an integer >= 1")
-        if self.train.zero_stage not in (0, 1, 2, 3):
-            raise bad("train.zero_stage", self.train.zero_stage, "0, 1, 2, 3")
+        if self.train.zero_stage not in (0, 1, 2):  # 3 would shard markov_w2, read by the loss
+            raise bad(
+                "train.zero_stage",
+                self.train.zero_stage,
+                "0, 1, 2 (ZeRO-3 shards the "
+                "sequential head's W2, which the chunked loss reads whole)",
+            )
         if self.split.window < 1:
             raise bad("split.window", self.split.window, "an integer >= 1")
         if self.log.wandb_mode not in ("offline", "online", "disabled"):

@@ -171,6 +171,20 @@ def _hf_rows(source: SourceConfig):
     return datasets.load_dataset(source.path, split=source.split, streaming=source.streaming)
 
 
+def _hf_conversation(row: dict, source: SourceConfig, pair: bool, where: str) -> Conversation:
+    if pair:
+        return [
+            {"role": "user", "content": _text_field(row, source.prompt_column, where)},
+            {"role": "assistant", "content": _text_field(row, source.response_column, where)},
+        ]
+    if source.messages_column not in row:
+        raise ValueError(
+            f"{where}: no column {source.messages_column!r} (columns: {', '.join(row)}); "
+            "set messages_column, or prompt_column and response_column"
+        )
+    return _chat(row[source.messages_column], where, source.messages_column)
+
+
 def read_hf_dataset(source: SourceConfig, limit: int | None = None) -> list[Conversation]:
     """Conversations from any dataset `datasets.load_dataset` reads (see SourceConfig). A row of
     the wrong shape is an error naming the source and the row. The line readers above stay for
@@ -181,6 +195,11 @@ def read_hf_dataset(source: SourceConfig, limit: int | None = None) -> list[Conv
             "data source hf_dataset needs path: a data file, a dataset directory or a "
             "hub dataset name"
         )
+    if (source.prompt_column is None) != (source.response_column is None):
+        raise ValueError(
+            f"data source hf_dataset {source.path}: set both prompt_column and "
+            "response_column, or neither (then messages_column is read)"
+        )
     try:
         rows = _hf_rows(source)
     except (FileNotFoundError, ValueError) as exc:
@@ -189,30 +208,20 @@ def read_hf_dataset(source: SourceConfig, limit: int | None = None) -> list[Conv
         raise ValueError(
             f"data source hf_dataset {source.path} cannot be loaded: {type(exc).__name__}: {exc}"
         ) from None
-    pair = source.prompt_column is not None and source.response_column is not None
-    out = []
-    for i, row in enumerate(rows):
-        where = f"{source.path} row {i}"
-        if pair:
-            out.append(
-                [
-                    {"role": "user", "content": _text_field(row, source.prompt_column, where)},
-                    {
-                        "role": "assistant",
-                        "content": _text_field(row, source.response_column, where),
-                    },
-                ]
-            )
-        else:
-            if source.messages_column not in row:
-                raise ValueError(
-                    f"{where}: no column {source.messages_column!r} (columns: "
-                    f"{', '.join(row)}); set messages_column, or prompt_column and "
-                    "response_column"
-                )
-            out.append(_chat(row[source.messages_column], where, source.messages_column))
-        if limit is not None and len(out) >= limit:
+    pair = source.prompt_column is not None
+    out: list[Conversation] = []
+    rows = iter(rows)
+    while limit is None or len(out) < limit:
+        try:
+            row = next(rows)
+        except StopIteration:
             break
+        except Exception as exc:  # a malformed file read lazily (streaming), in the library's types
+            raise ValueError(
+                f"data source hf_dataset {source.path}: reading row {len(out)} failed: "
+                f"{type(exc).__name__}: {exc}"
+            ) from None
+        out.append(_hf_conversation(row, source, pair, f"{source.path} row {len(out)}"))
     return out
 
 

@@ -46,9 +46,8 @@ class Topology:
             b = self.samples_per_trainer_step
             step, offset = divmod(g, self.num_trainers * b)
             trainer, j = divmod(offset, b)
-            j += (
-                step * b
-            )  # position in this trainer's own stream: its sources take turns across steps
+            # position in this trainer's own stream: its sources take turns across steps
+            j += step * b
         src = self.sources(trainer)
         return src[j % len(src)], trainer
 

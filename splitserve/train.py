@@ -29,6 +29,8 @@ from .data import load_prompts
 from .target.models import check_tokenizer, load_target_spec, prepare_target_dir
 from .topology import Topology
 
+CONF = Path(__file__).resolve().parents[1] / "conf"
+
 
 def store_hydra_configs() -> None:
     """The Hydra config-group options that live in code: every registered draft architecture's
@@ -36,7 +38,7 @@ def store_hydra_configs() -> None:
     from draft_models.config import store_hydra_defaults
     from recipes import store_recipes
 
-    store_hydra_defaults()
+    store_hydra_defaults(str(CONF))
     store_recipes()
 
 
@@ -82,6 +84,15 @@ def _check_resume(ckpt_dir: Path, draft: DraftConfig) -> None:
         )
 
 
+def _check_importable(path: str, key: str) -> None:
+    from hydra.utils import get_class
+
+    try:
+        get_class(path)
+    except Exception as exc:  # hydra wraps the import error in its own types
+        raise ValueError(f"{key}={path!r} cannot be imported: {exc}") from None
+
+
 def prepare(cfg: RunConfig, node: Any, run_dir: Path):
     """All checks and preparation before any worker starts; returns the RunContext."""
     from .workers import RunContext
@@ -91,11 +102,19 @@ def prepare(cfg: RunConfig, node: Any, run_dir: Path):
     spec = load_target_spec(model_dir)
     check_tokenizer(model_dir, spec)
     draft = cfg.draft.resolve(spec)  # hidden size / layer ids / mask token against the target
+    if cfg.train.decode_eval_prompts:
+        _check_importable(cfg.train.decode_eval_probe, "train.decode_eval_probe")
     prompts = load_prompts(cfg.data)
     topology = build_topology(cfg, device)
     resume_from, start = None, 0
     if cfg.train.resume:
         found = ckpt.latest_good(run_dir, resumable=True)
+        if found is None and ckpt.complete_checkpoints(run_dir):
+            raise ValueError(
+                f"{run_dir} holds checkpoints but none keeps the training state resuming needs "
+                "(the lines above say why each was skipped); use a new train.run_dir, or "
+                "train.resume=false to train from step 0 here (its checkpoints are then replaced)"
+            )
         if found is not None:
             _check_resume(found, draft)
             resume_from, start = str(found), ckpt.step_of(found)
@@ -230,12 +249,26 @@ def run_as_torchrun_rank(ctx) -> dict:
     }
 
 
+def _check_draft_choice(chosen: str | None, node: DictConfig) -> None:
+    """`draft.arch=X` on top of another architecture's defaults (draft=dspark, the default) would
+    keep that architecture's heads and loss weights: ask for X's own defaults instead."""
+    from draft_models import arch_names
+
+    arch = node.get("draft", {}).get("arch")
+    if chosen in arch_names() and arch != chosen:
+        raise ValueError(
+            f"draft.arch={arch} on top of draft={chosen}'s defaults; select draft={arch} to start "
+            f"from {arch}'s own defaults (and override single fields from there)"
+        )
+
+
 @hydra.main(config_path="../conf", config_name="config", version_base="1.3")
 def main(node: DictConfig) -> None:
     from hydra.core.hydra_config import HydraConfig
 
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     try:
+        _check_draft_choice(HydraConfig.get().runtime.choices.get("draft"), node)
         summary = run(node, run_dir)
     except (ValueError, FileNotFoundError) as exc:
         _discard_if_fresh(run_dir)  # Hydra's own files may have landed after our cleanup
@@ -259,6 +292,7 @@ def unknown_override(args: list[str]) -> str | None:
             or "=" not in arg
             or key.startswith("hydra")
             or "/" in key
+            or "[" in key
         ):
             continue
         node, path = RunConfig, []
@@ -281,11 +315,24 @@ def unknown_override(args: list[str]) -> str | None:
 
 
 def cli() -> None:
-    """`python -m splitserve.train`: the project's own check of the overrides, then Hydra."""
+    """`python -m splitserve.train`: the project's own check of the overrides, plugins named on
+    the command line imported (so `draft=<plugin arch>` is a Hydra option), then Hydra."""
+    from .config import import_plugins
+
     problem = unknown_override(sys.argv[1:])
+    plugins = [
+        arg.split("=", 1)[1].strip("[]") for arg in sys.argv[1:] if arg.startswith("plugins=")
+    ]
+    try:
+        import_plugins(
+            [name.strip() for spec in plugins for name in spec.split(",") if name.strip()]
+        )
+    except ValueError as exc:
+        problem = problem or str(exc)
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         sys.exit(2)
+    store_hydra_configs()
     main()
 
 

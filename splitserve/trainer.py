@@ -91,11 +91,6 @@ class DraftTrainer:
             os.environ.setdefault("DS_ACCELERATOR", "cpu")
         import deepspeed
 
-        if cfg.zero_stage == 3:
-            raise ValueError(
-                "train.zero_stage=3 is not supported: the chunked loss reads markov_w2 directly; "
-                "use 0-2"
-            )
         self.cfg, self.device, self.target_spec, self.dp_world = cfg, device, target, dp_world
         seed_everything(cfg.seed)
         draft = build_draft(draft_cfg, target, head)
@@ -161,10 +156,12 @@ class DraftTrainer:
 
     def train_step(self, samples: Sequence[SequenceSample], sample_ids: Sequence[int]) -> dict:
         """One optimizer step over B samples; returns this rank's metrics. Each micro-batch's
-        loss is its weighted sum over the weight total of that micro-batch on all ranks, times
+        loss is its weighted sum over the weight total of that micro-step on all ranks, times
         the number of ranks (DeepSpeed then averages the ranks' gradients and divides by the
         accumulation steps): the loss and gradients of R ranks with micro-batch B equal those of
-        one rank with micro-batch R x B."""
+        one rank with micro-batch R x B. Across accumulation steps each micro-step is normalised
+        by its own total, as in DeepSpec's reference. The returned loss parts are this rank's
+        share times R: their mean over ranks (what the workers log) is the global value."""
         b = self.cfg.micro_batch
         if len(samples) != b * self.cfg.grad_accum:
             raise ValueError(f"a step takes {b * self.cfg.grad_accum} samples, got {len(samples)}")

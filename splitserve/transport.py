@@ -183,16 +183,14 @@ def serve_samples(
     busy = wait = send = 0.0
     tokens = 0
     sent: list[int] = []
-    produce_s: list[
-        float
-    ] = []  # per sample; a batched producer charges a whole batch to its first sample
+    # per sample; a batched producer charges a whole batch to its first sample
+    produce_s: list[float] = []
     pending: list = []  # NCCL sends not yet matched by the trainer's receives
     for g in sample_ids:
         t0 = time.perf_counter()
         sample = produce(g)
-        if (
-            sample.aux_hidden.is_cuda
-        ):  # the compute stream only: the NCCL sends in flight are the trainer's pace
+        # the compute stream only: the NCCL sends in flight are the trainer's pace
+        if sample.aux_hidden.is_cuda:
             torch.cuda.current_stream(sample.aux_hidden.device).synchronize()
         t1 = time.perf_counter()
         dst = route(g)

@@ -129,25 +129,32 @@ def _write_json(path: Path, data: dict) -> None:
 
 
 class BatchedProducer:
-    """produce(g) for a worker that makes samples `size` at a time: the batches are fixed slices of
-    its whole sample list (from step 0), so resuming at any step regenerates the same batches
-    (whole, for the same seeds and padding) and keeps only the samples still `needed`."""
+    """produce(g) for a worker that makes samples a window at a time: the windows are fixed
+    slices of its whole sample list (from step 0), so resuming at any step regenerates the same
+    windows (whole, for the same seeds and schedule) and keeps only the samples still `needed`.
+    A window's samples arrive from `produce_stream(members)` as the backend finishes them; g is
+    returned as soon as it has arrived, the others wait in `ready`."""
 
-    def __init__(self, produce_batch, order: list[int], needed: set[int], size: int) -> None:
-        self.produce_batch, self.size, self.needed = produce_batch, size, needed
+    def __init__(self, produce_stream, order: list[int], needed: set[int], size: int) -> None:
+        self.produce_stream, self.size, self.needed = produce_stream, size, needed
         self.order = order
         self.position = {g: i for i, g in enumerate(order)}
         self.ready: dict[int, object] = {}
+        self.window = -1
+        self.stream = iter(())
+        self.members: list[int] = []
 
     def __call__(self, g: int):
-        if g not in self.ready:
-            k = self.position[g] // self.size
-            members = self.order[k * self.size : (k + 1) * self.size]
-            self.ready.update(
-                (m, s)
-                for m, s in zip(members, self.produce_batch(members), strict=True)
-                if m in self.needed
-            )
+        k = self.position[g] // self.size
+        if g not in self.ready and k != self.window:
+            # a later window: what is left of this one is not needed (samples are taken in order)
+            self.window = k
+            self.members = self.order[k * self.size : (k + 1) * self.size]
+            self.stream = self.produce_stream(self.members)
+        while g not in self.ready:
+            i, sample = next(self.stream)
+            if self.members[i] in self.needed:
+                self.ready[self.members[i]] = sample
         return self.ready.pop(g)
 
 
@@ -160,13 +167,13 @@ def target_main(index: int, ctx: RunContext) -> None:
     t = ctx.topology
     ids = list(t.target_samples(index, ctx.start_step, ctx.cfg.train.steps))
     produce = lambda g: target.produce(g, ctx.conversation(g))  # noqa: E731
-    if ctx.cfg.target.generate_batch > 1:
+    if target.window > 1:
         everything = list(t.target_samples(index, 0, ctx.cfg.train.steps))
         produce = BatchedProducer(
-            lambda gs: target.produce_batch(gs, [ctx.conversation(g) for g in gs]),
+            lambda gs: target.produce_stream(gs, [ctx.conversation(g) for g in gs]),
             everything,
             set(ids),
-            ctx.cfg.target.generate_batch,
+            target.window,
         )
     start = time.perf_counter()
     stats = serve_samples(link, ids, lambda g: t.num_targets + t.route(g)[1], produce)

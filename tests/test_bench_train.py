@@ -53,9 +53,10 @@ def test_split_comparison_measures_what_fits_and_projects_the_rest(tmp_path):
             job["steady"]["target_samples_per_s_per_worker"] > 0 and job["steady"]["compute_s"] > 0
         )
         assert p["step_s"] == max(p["supply_s_per_step"], p["trainer_compute_s_per_step"]) > 0
+        # G/(T rate)
         assert p["supply_s_per_step"] * report["target_samples_per_s_per_worker"] == pytest.approx(
             2.0
-        )  # G/(T rate)
+        )
     assert 0.0 <= measured["measured"]["trainer_data_wait_frac"] <= 1.0
     assert 0.0 <= measured["measured"]["target_idle_frac"] <= 1.0
     assert projected.get("measured") is None

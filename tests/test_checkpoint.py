@@ -150,3 +150,22 @@ def test_a_checkpoint_written_by_f97d512_loads_resumes_and_exports(tmp_path):
     summary = run(compose_cfg(LEGACY_RUN + [f"target.path={target}", "train.steps=2"]), run_dir)
     assert summary["steps"] == 2
     assert '"event": "resumed", "step": 1' in (run_dir / "metrics.jsonl").read_text()
+
+
+def test_a_run_whose_only_resumable_checkpoint_is_damaged_is_refused_not_restarted(tmp_path):
+    """Older checkpoints keep draft weights only; if the newest is damaged the run cannot resume,
+    and says so instead of silently training from step 0 over its own checkpoints."""
+    import shutil
+
+    import pytest
+    from test_training import compose_cfg
+
+    from splitserve.train import run
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(LEGACY, run_dir / "checkpoints", ignore=shutil.ignore_patterns("README.md"))
+    ckpt.drop_training_state(run_dir / "checkpoints" / "step-00000001")
+    target = legacy_target(tmp_path / "target")
+    with pytest.raises(ValueError, match="none keeps the training state resuming needs"):
+        run(compose_cfg(LEGACY_RUN + [f"target.path={target}", "train.steps=2"]), run_dir)
+    assert (run_dir / "checkpoints" / "step-00000001" / "draft" / "model.safetensors").is_file()

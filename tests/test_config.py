@@ -107,7 +107,7 @@ def compose_draft(name=None):
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    store_hydra_defaults()
+    store_hydra_defaults(str(CONF))
     with initialize_config_dir(str(CONF), version_base="1.3"):
         cfg = compose("summary", overrides=[f"draft={name}"] if name else [])
     return OmegaConf.to_container(cfg.draft)
@@ -116,9 +116,8 @@ def compose_draft(name=None):
 @pytest.mark.parametrize("name", ["dspark", "dflash", "eagle3"])
 def test_draft_yaml_mirrors_the_dataclass_and_resolves(name):
     data = compose_draft(name)
-    assert _keys(data) == _fields(
-        DraftConfig
-    )  # every field is there, so every field is overridable
+    # every field is there, so every field is overridable
+    assert _keys(data) == _fields(DraftConfig)
     cfg = load_draft_config(data)
     assert cfg.arch == name and cfg == DraftConfig.for_arch(name)
     cfg.resolve(tiny_target())

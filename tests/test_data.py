@@ -118,3 +118,20 @@ def test_hf_dataset_errors_name_the_source_and_the_row(tmp_path):
         read_hf_dataset(SourceConfig(kind="hf_dataset", path=str(text)))
     with pytest.raises(ValueError, match="needs path"):
         read_hf_dataset(SourceConfig(kind="hf_dataset"))
+
+
+def test_hf_dataset_column_pairs_and_lazy_read_errors_are_named(tmp_path):
+    path = tmp_path / "chat.jsonl"
+    path.write_text(json.dumps({"q": "x", "a": "y"}) + "\n" + "{not json\n")
+    with pytest.raises(ValueError, match="set both prompt_column and response_column, or neither"):
+        read_hf_dataset(SourceConfig(kind="hf_dataset", path=str(path), prompt_column="q"))
+    with pytest.raises(ValueError, match=r"chat.jsonl: reading row \d+ failed: ArrowInvalid"):
+        read_hf_dataset(
+            SourceConfig(
+                kind="hf_dataset",
+                path=str(path),
+                prompt_column="q",
+                response_column="a",
+                streaming=True,
+            )
+        )

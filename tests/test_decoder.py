@@ -4,7 +4,7 @@ the draft proposes; sampling reproduces the target's distribution."""
 import pytest
 import torch
 from conftest import llama_config
-from transformers import AutoModelForCausalLM, DynamicCache
+from transformers import AutoModelForCausalLM
 
 from draft_models import DraftConfig, FrozenTargetHead, TargetSpec, build_draft
 from serving.decoder import SpeculativeDecoder
@@ -79,12 +79,20 @@ DRAFT_KINDS = {
 }
 
 
+@pytest.mark.parametrize("runtime", ["eager", "static"])
 @pytest.mark.parametrize("arch,mode", CASES, ids=lambda c: c if isinstance(c, str) else c.mode)
-def test_greedy_output_equals_target_greedy_with_a_random_draft(arch, mode):
-    """(DFlash and EAGLE-3 have no confidence head, so only fixed-length verification applies.)"""
+def test_greedy_output_equals_target_greedy_with_a_random_draft(arch, mode, runtime):
+    """(DFlash and EAGLE-3 have no confidence head, so only fixed-length verification applies.)
+    Both target engines: eager (transformers, cropped cache) and static (our static-cache forward;
+    on CPU without graphs, the same code the graphs replay on a GPU)."""
     target = tiny_target()
     dec = SpeculativeDecoder(
-        target, draft_for(target, **DRAFT_KINDS[arch]), scheduler=mode, sps=SPS
+        target,
+        draft_for(target, **DRAFT_KINDS[arch]),
+        scheduler=mode,
+        sps=SPS,
+        runtime=runtime,
+        max_len=64,
     )
     g = torch.Generator().manual_seed(0)
     for _ in range(4):
@@ -107,9 +115,8 @@ def test_accept_and_rollback_paths_with_oracle_proposals(good, monkeypatch):
         target, draft_for(target), scheduler=SchedulerConfig("fixed")
     ).generate(prompt, 30)
     assert res.token_ids == expected
-    assert all(
-        a == min(good, 4) + 1 for a in res.accept_lengths[:-1]
-    )  # accepted prefix + bonus each step
+    # accepted prefix + bonus each step
+    assert all(a == min(good, 4) + 1 for a in res.accept_lengths[:-1])
 
 
 def test_target_only_decoding_is_plain_greedy():
@@ -129,9 +136,8 @@ def test_sampling_matches_the_target_distribution(arch):
     vocab = 6
     target = tiny_target(vocab=vocab, seed=3)
     with torch.no_grad():
-        target.lm_head.weight.mul_(
-            20
-        )  # sharpen: a distribution far from uniform, so the test has power
+        # sharpen: a distribution far from uniform, so the test has power
+        target.lm_head.weight.mul_(20)
     dec = SpeculativeDecoder(
         target,
         draft_for(target, mask_token_id=5, **DRAFT_KINDS[arch]),
@@ -211,7 +217,8 @@ def test_eagle3_chain_reads_committed_context_only(monkeypatch):
     committed = torch.tensor(prompt + res.token_ids[:-1])
     anchor = torch.tensor(res.token_ids[-1:])
     with torch.no_grad():
-        _, feats = dec._target_forward(committed, 0, DynamicCache())
+        dec.engine.begin(64)
+        _, feats = dec.engine.forward(committed, 0)
         whole, pieces = Eagle3Proposer(draft, 4), Eagle3Proposer(draft, 4)
         whole.commit(feats, committed, 0)
         pieces.commit(feats[:8], committed[:8], 0)
@@ -258,9 +265,10 @@ def test_a_smaller_block_runs_only_gamma_slots_as_sglang_does():
     prompt = torch.tensor([5, 17, 42, 8, 3])
     dec = SpeculativeDecoder(target, draft, block_size=2)
     with torch.no_grad():
-        _, feats = dec._target_forward(prompt, 0, DynamicCache())
+        dec.engine.begin(64)
+        _, feats = dec.engine.forward(prompt, 0)
         sts = torch.ones(4, dtype=torch.float64)
-        short, full = DSparkProposer(draft, 2, sts), DSparkProposer(draft, 4, sts)
+        short, full = DSparkProposer(draft, 2, sts, 64), DSparkProposer(draft, 4, sts, 64)
         for p in (short, full):
             p.commit(feats, prompt, 0)
         anchor = torch.tensor([11])
@@ -270,7 +278,7 @@ def test_a_smaller_block_runs_only_gamma_slots_as_sglang_does():
         hidden = draft.backbone(
             ids,
             TokenIndex.single_block(5, 2, "cpu"),
-            short.ctx_kv,
+            [(k[:5], v[:5]) for k, v in short.ctx_kv],
             TokenIndex.context(5, "cpu"),
             backend="dense",
         )
@@ -281,3 +289,37 @@ def test_a_smaller_block_runs_only_gamma_slots_as_sglang_does():
     res = dec.generate(prompt.tolist(), 30)
     assert res.token_ids == reference_greedy(target, prompt.tolist(), 30)
     assert max(res.widths) == 3
+
+
+def test_a_reset_proposer_sees_nothing_of_the_previous_request():
+    """The static-state proposer the decoder keeps across requests (beside a graphed target):
+    after reset(), a request with a shorter prompt proposes exactly what a fresh proposer does,
+    although the previous request's keys are still in its buffers; commits in pieces compose."""
+    from draft_models import DSparkProposer
+
+    target = tiny_target()
+    draft = draft_for(target)
+    engine = SpeculativeDecoder(target, draft).engine
+    sts = torch.ones(4, dtype=torch.float64)
+
+    def feats_of(ids):
+        engine.begin(64)
+        return engine.forward(torch.tensor(ids), 0)[1]
+
+    with torch.no_grad():
+        long, short = list(range(3, 40)), [7, 1, 9, 4, 12, 30]
+        kept, fresh = DSparkProposer(draft, 4, sts, 64), DSparkProposer(draft, 4, sts, 64)
+        kept.commit(feats_of(long), torch.tensor(long), 0)
+        kept.propose(torch.tensor([5]), len(long), 0.0, None)
+        kept.reset()
+        f = feats_of(short)
+        kept.commit(f[:4], torch.tensor(short[:4]), 0)
+        kept.commit(f[4:], torch.tensor(short[4:]), 4)
+        fresh.commit(f, torch.tensor(short), 0)
+        a = kept.propose(torch.tensor([2]), len(short), 0.0, None)
+        b = fresh.propose(torch.tensor([2]), len(short), 0.0, None)
+    assert torch.equal(a[0], b[0])
+    torch.testing.assert_close(a[2], b[2])
+    torch.testing.assert_close(kept.confidence_logits, fresh.confidence_logits)
+    with pytest.raises(ValueError, match="position 64 is past the proposer's 64"):
+        fresh.commit(f, torch.tensor(short), 59)

@@ -42,9 +42,8 @@ def test_kda_target_greedy_equals_target_only_greedy(tmp_path):
             )
             res = dec.generate(prompt.tolist(), 20)
             assert res.token_ids == ref[0, prompt.numel() :].tolist()
-            assert (
-                max(res.widths) > 1
-            )  # multi-token verify steps happened, with staging and rollback
+            # multi-token verify steps happened, with staging and rollback
+            assert max(res.widths) > 1
 
 
 def test_without_the_rollback_the_output_changes(tmp_path, monkeypatch):

@@ -49,18 +49,16 @@ def test_anchor_sampling_is_seeded_bounded_and_sorted():
     assert a.tolist() == b.tolist() and a.tolist() != c.tolist()
     assert a.numel() == 16 and a.tolist() == sorted(set(a.tolist()))
     assert set(a.tolist()) <= set(anchor_candidates(mask).tolist())
-    assert (
-        sample_anchors(mask[:60], 512, torch.Generator()).numel() == 9
-    )  # p = 50..58: fewer candidates than asked
+    # p = 50..58: fewer candidates than asked
+    assert sample_anchors(mask[:60], 512, torch.Generator()).numel() == 9
 
 
 def test_packed_layout_scales_with_anchors_not_context():
     s = random_sample(4000, assistant_from=3900)
     batch = pack_sequences([s], num_anchors=8, block_size=4, num_slots=4, mask_token_id=0, seed=0)
     assert batch.num_blocks == 8
-    assert batch.ctx_features.shape[0] == int(
-        batch.block_anchor.max()
-    )  # context stops at the last anchor
+    # context stops at the last anchor
+    assert batch.ctx_features.shape[0] == int(batch.block_anchor.max())
     assert batch.block_input_ids.shape == (8, 4)
 
 
@@ -183,6 +181,66 @@ def test_flex_attention_agrees_with_sdpa(variant):
     torch.testing.assert_close(
         outputs(model, batch, "flex"), outputs(model, batch, "sdpa"), rtol=1e-4, atol=1e-5
     )
+
+
+@pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
+@pytest.mark.parametrize("window,block_causal", [(None, False), (8, False), (None, True)])
+def test_flex_block_mask_from_tile_bounds_skips_tiles_and_keeps_every_allowed_pair(
+    window, block_causal
+):
+    """A packed batch spanning many 128-token tiles (sequences crossing tile edges): the BlockMask
+    built from tile bounds skips tiles, yet flex over it equals SDPA with the dense rule."""
+    from draft_models.packed_attention import (
+        AttentionPlan,
+        TokenIndex,
+        _flex_block_mask,
+        allowed_pairs,
+    )
+
+    g = torch.Generator().manual_seed(0)
+    ctx, blocks, b = [], [], 0
+    for s, n in enumerate((300, 90, 410, 150, 260, 1500)):
+        ctx.append(
+            (torch.full((n,), s), torch.arange(n), torch.full((n,), -1), torch.full((n,), -1))
+        )
+        for a in torch.randint(1, n - 1, (60,), generator=g).sort().values.tolist():
+            slot = torch.arange(4)
+            blocks.append((torch.full((4,), s), a + slot, torch.full((4,), b), slot))
+            b += 1
+
+    def index(parts):
+        return TokenIndex(*(torch.cat(f) for f in zip(*parts, strict=True)))
+
+    q_index = index(blocks)
+    k_index = index(ctx).cat(q_index)
+    q = torch.randn(len(q_index), 4, 8, generator=g)
+    k, v = torch.randn(2, len(k_index), 2, 8, generator=g)
+
+    def plan(backend):
+        return AttentionPlan(
+            q_index, k_index, window=window, block_causal=block_causal, backend=backend
+        )
+
+    mask = _flex_block_mask(plan("flex"), len(q_index), len(k_index), q.device)
+    num, idx = mask.kv_num_blocks[0, 0], mask.kv_indices[0, 0]
+    kept = torch.zeros(len(num), idx.shape[1], dtype=torch.bool)
+    for t, n in enumerate(num.tolist()):
+        kept[t, idx[t, :n].long()] = True
+    # the exact tiles: those holding an allowed pair of the dense rule
+    dense = allowed_pairs(
+        tuple(f[:, None] for f in q_index.fields()),
+        tuple(f[None, :] for f in k_index.fields()),
+        window,
+        block_causal,
+    )
+    qt, kt = kept.shape
+    padded = torch.zeros(qt * 128, kt * 128, dtype=torch.bool)
+    padded[: dense.shape[0], : dense.shape[1]] = dense
+    exact = padded.view(qt, 128, kt, 128).any(3).any(1)
+    assert not (exact & ~kept).any()  # no tile with an allowed pair is skipped
+    # bounds are tight: few tiles kept beyond the exact ones (with a window too)
+    assert kept.sum() < 0.5 * kept.numel() and kept.sum() <= 1.3 * exact.sum()
+    torch.testing.assert_close(plan("flex")(q, k, v, 0.3), plan("sdpa")(q, k, v, 0.3))
 
 
 def test_sliding_window_hides_context_beyond_the_window():

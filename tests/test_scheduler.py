@@ -48,9 +48,8 @@ def test_monotone_in_the_sps_table():
         widths = list(range(1, r * (gamma + 1) + 1))
         drops = torch.rand(len(widths), generator=g) * 0.3
         rates = torch.cumprod(1 - drops, 0) * 100
-        flatter = (
-            torch.cumprod(1 - drops * torch.rand(len(widths), generator=g), 0) * 100
-        )  # smaller drops
+        # smaller drops
+        flatter = torch.cumprod(1 - drops * torch.rand(len(widths), generator=g), 0) * 100
         base = sum(prefix_schedule(a, SpsTable(widths, rates.tolist(), widths[-1])))
         more = sum(prefix_schedule(a, SpsTable(widths, flatter.tolist(), widths[-1])))
         assert more >= base
@@ -144,9 +143,8 @@ def test_profile_sps_writes_a_table_sglang_can_read(tmp_path, capfd):
             ]
         )
     assert code == 0
-    assert not [
-        w for w in caught if "past_key_values" in str(w.message)
-    ]  # the cache's current name
+    # the cache's current name
+    assert not [w for w in caught if "past_key_values" in str(w.message)]
     table = SpsTable.load(out)
     assert table.sample_batch_tokens == [1, 2, 4] and table.max_batch_tokens == 4
     assert all(r > 0 for r in table.sample_steps_per_sec)

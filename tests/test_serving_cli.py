@@ -224,19 +224,24 @@ def test_other_clis_refuse_out_of_range_numbers(capsys):
     "module",
     ["generate", "evaluate", "calibrate", "profile_sps", "export", "launch", "ablation_report"],
 )
-def test_every_flag_has_help_and_the_usage_names_the_module(module, capsys):
+def test_every_flag_has_help_with_its_default_and_the_usage_names_the_module(module, capsys):
+    import argparse
     import importlib
 
-    main = importlib.import_module(f"serving.{module}").main
+    cli_module = importlib.import_module(f"serving.{module}")
+    parser = cli_module.build_parser()
+    for action in parser._actions:
+        if isinstance(action, argparse._HelpAction):
+            continue
+        text = parser.formatter_class("x")._get_help_string(action) % {"default": action.default}
+        assert action.help and len(action.help.split()) >= 2, action.option_strings
+        if action.default is not None and action.default is not False:  # 0 and 0.0 count
+            assert "default" in text, (action.option_strings, text)
     with pytest.raises(SystemExit) as exc:
-        main(["--help"])
-    assert exc.value.code == 0
-    out = capsys.readouterr().out
-    assert out.startswith(f"usage: python -m serving.{module}")
-    parser_flags = [line.split()[0] for line in out.splitlines() if line.startswith("  --")]
-    assert parser_flags, out
-    for line in out.split("\n  --")[1:]:  # every option's entry carries words after its name
-        assert len(line.split()) >= 2, line
+        cli_module.main(["--help"])
+    assert exc.value.code == 0 and capsys.readouterr().out.startswith(
+        f"usage: python -m serving.{module}"
+    )
 
 
 def test_a_block_size_above_the_trained_one_names_the_range(dspark_ckpt, capsys):

@@ -38,9 +38,10 @@ def test_smollm2_converts_once_and_generates_like_the_gguf(smol_dir, tmp_path_fa
     marker = json.loads((smol_dir / MARKER).read_text())
     assert marker["bytes"] == gguf.stat().st_size
     mtime = (smol_dir / MARKER).stat().st_mtime
+    # cached
     assert (
         ensure_smollm2(smol_dir.parent) == smol_dir and (smol_dir / MARKER).stat().st_mtime == mtime
-    )  # cached
+    )
 
 
 def test_an_interrupted_conversion_is_redone(tmp_path):
@@ -142,9 +143,8 @@ def test_batched_regeneration_matches_one_at_a_time(smol_dir):
         )
     )
     convs = load_prompts(DataConfig()).train[:3]
-    assert (
-        len({len(c[0]["content"]) for c in convs}) == 3
-    )  # different prompt lengths: padding is exercised
+    # different prompt lengths: padding is exercised
+    assert len({len(c[0]["content"]) for c in convs}) == 3
     batched = target.produce_batch([0, 1, 2], convs)
     for g, conv, b in zip([0, 1, 2], convs, batched, strict=True):
         one = target.produce(g, conv)
@@ -157,15 +157,20 @@ def test_batched_producer_cuts_the_same_batches_after_a_resume():
 
     calls = []
 
-    def produce_batch(gs):
+    def produce_stream(gs):  # finishes its window's samples in reverse order
         calls.append(list(gs))
-        return [f"sample{g}" for g in gs]
+        for i in reversed(range(len(gs))):
+            pulled.append(gs[i])
+            yield i, f"sample{gs[i]}"
 
+    pulled = []
     order = [-1, 0, 1, 2, 3, 4, 5, 6, 7]
     resumed = [2, 3, 4, 5, 6, 7]  # a run resumed after samples -1, 0, 1 were trained on
-    producer = BatchedProducer(produce_batch, order, set(resumed), 4)
-    assert [producer(g) for g in resumed] == [f"sample{g}" for g in resumed]
-    assert calls == [[-1, 0, 1, 2], [3, 4, 5, 6], [7]]  # the uninterrupted run's batches, whole
+    producer = BatchedProducer(produce_stream, order, set(resumed), 4)
+    assert producer(2) == "sample2" and pulled == [2]  # returned as soon as it arrived
+    assert [producer(g) for g in resumed[1:]] == [f"sample{g}" for g in resumed[1:]]
+    assert calls == [[-1, 0, 1, 2], [3, 4, 5, 6], [7]]  # the uninterrupted run's windows, whole
+    assert pulled == [2, 6, 5, 4, 3, 7]  # 1, 0, -1 were never waited for
     assert producer.ready == {}
 
 
@@ -189,3 +194,86 @@ def test_regeneration_is_seeded_by_sample_id_in_any_process(smol_dir):
     first, again = fresh().regenerate(41, conv), fresh().regenerate(41, conv)
     assert torch.equal(first[0], again[0]) and torch.equal(first[1], again[1])
     assert not torch.equal(fresh().regenerate(42, conv)[0], first[0])
+
+
+def _backend(smol_dir, name, cfg, layer_ids=(3, 15), seed=0, lengths=(200, 150)):
+    from splitserve.target.backends import TargetSetup, make_backend
+
+    cfg.backend = name
+    max_length, max_prompt_tokens = lengths
+    return make_backend(
+        TargetSetup(
+            smol_dir, cfg, list(layer_ids), "cpu", seed=seed, max_length=max_length,
+            max_prompt_tokens=max_prompt_tokens,
+        )
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("lengths", [(200, 150), (60, 80)])
+def test_static_backend_regenerates_and_captures_as_the_hf_backend(smol_dir, lengths):
+    """Greedy on the real SmolLM2, five prompts through two slots (refill): the static runtime's
+    answers, loss masks and captured states (stored while generating) equal the hf backend's
+    (generate, then a capture forward); also when prompts longer than max_length leave one new
+    token that truncation then cuts (lengths = (max_length, max_prompt_tokens))."""
+    from splitserve.data import DataConfig, load_prompts
+    from splitserve.target.config import SamplingSetting, TargetConfig
+
+    def cfg():
+        return TargetConfig(max_new_tokens=10, sampling=[SamplingSetting(0.0)], generate_batch=2)
+
+    convs = load_prompts(DataConfig()).train[:5]
+    static = _backend(smol_dir, "static", cfg(), lengths=lengths)
+    hf = _backend(smol_dir, "hf", cfg(), lengths=lengths)
+    assert static.window == 8
+    made = static.produce_batch(list(range(5)), convs)
+    for g, conv, s in zip(range(5), convs, made, strict=True):
+        h = hf.produce(g, conv)
+        assert torch.equal(s.input_ids, h.input_ids) and torch.equal(s.loss_mask, h.loss_mask)
+        torch.testing.assert_close(s.aux_hidden, h.aux_hidden, atol=2e-4, rtol=1e-4)
+        torch.testing.assert_close(s.final_hidden, h.final_hidden, atol=2e-4, rtol=1e-4)
+        assert s.input_ids.numel() <= lengths[0]
+
+
+def test_static_backend_samples_depend_only_on_their_seed(smol_dir):
+    """Temperature 1, top_p 0.9: sample g is the same token for token whether it is generated
+    alone, beside other samples, in another slot or by a fresh backend (a resumed run); another
+    id or run seed gives another answer. Teacher forcing (no regeneration) captures the dataset's
+    answer."""
+    from splitserve.data import DataConfig, load_prompts
+    from splitserve.target.config import SamplingSetting, TargetConfig
+
+    def cfg(slots, regenerate=True):
+        return TargetConfig(
+            max_new_tokens=8, sampling=[SamplingSetting(1.0, 0.9)], generate_batch=slots,
+            regenerate=regenerate,
+        )  # fmt: skip
+
+    convs = load_prompts(DataConfig()).train[:4]
+    three = _backend(smol_dir, "static", cfg(3)).produce_batch([10, 11, 12, 13], convs)
+    alone = _backend(smol_dir, "static", cfg(1)).produce_batch([12, 10], [convs[2], convs[0]])
+    assert torch.equal(alone[0].input_ids, three[2].input_ids)
+    assert torch.equal(alone[1].input_ids, three[0].input_ids)
+    other = _backend(smol_dir, "static", cfg(1)).produce_batch([14], [convs[0]])[0]
+    reseeded = _backend(smol_dir, "static", cfg(1), seed=1).produce_batch([10], [convs[0]])[0]
+    assert not torch.equal(other.input_ids, three[0].input_ids)
+    assert not torch.equal(reseeded.input_ids, three[0].input_ids)
+    forced = _backend(smol_dir, "static", cfg(2, regenerate=False))
+    assert forced.window == 1
+    ref = _backend(smol_dir, "hf", cfg(1, regenerate=False)).produce(0, convs[0])
+    got = forced.produce(0, convs[0])
+    assert torch.equal(got.input_ids, ref.input_ids) and torch.equal(got.loss_mask, ref.loss_mask)
+    torch.testing.assert_close(got.aux_hidden, ref.aux_hidden, atol=2e-4, rtol=1e-4)
+
+
+def test_static_backend_refuses_a_hybrid_target():
+    from splitserve.target.backends import TargetSetup, make_backend
+    from splitserve.target.config import TargetConfig
+    from splitserve.target.embedded import ensure_ling3_mini
+
+    with pytest.raises(ValueError, match="backend=static runs llama targets .* bailing_hybrid"):
+        make_backend(
+            TargetSetup(
+                ensure_ling3_mini({}), TargetConfig(kind="ling3_mini", backend="static"), [1],
+                "cpu", seed=0, max_length=64, max_prompt_tokens=32,
+            )
+        )  # fmt: skip

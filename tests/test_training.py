@@ -64,7 +64,10 @@ def test_disaggregated_training_equals_single_process(tmp_path):
     assert one["eval_loss"] == pytest.approx(two["eval_loss"], rel=1e-5)
 
 
-def test_two_targets_two_trainers_consume_every_sample_exactly_once(tmp_path):
+@pytest.mark.parametrize("backend", ["hf", "static"])
+def test_two_targets_two_trainers_consume_every_sample_exactly_once(tmp_path, backend):
+    """With either regenerating backend (static: two sequences in flight refilled from windows of
+    three samples)."""
     run_dir = tmp_path / "r"
     run(
         compose_cfg(
@@ -79,6 +82,8 @@ def test_two_targets_two_trainers_consume_every_sample_exactly_once(tmp_path):
                 "target.regenerate=true",
                 "target.max_new_tokens=6",
                 "target.generate_batch=2",
+                f"target.backend={backend}",
+                "target.produce_window=3",
             ]
         ),
         run_dir,
@@ -234,9 +239,8 @@ def test_hydra_multirun_ablation_and_its_report(tmp_path, capsys):
     rows = [
         line for line in table.splitlines() if line.startswith("| ") and "overrides" not in line
     ]
-    assert (
-        len(rows) == 3 and "draft.rope=partial" in rows[1] and rows[2].endswith("|  |")
-    )  # job 2: no tau
+    # job 2: no tau
+    assert len(rows) == 3 and "draft.rope=partial" in rows[1] and rows[2].endswith("|  |")
     assert all(float(r.split("|")[-2]) >= 1.0 for r in rows[:2])
     assert (tmp_path / "report" / "rope.png").read_bytes()[:4] == b"\x89PNG"
     assert report_main([str(tmp_path / "report"), "--out", str(tmp_path / "x")]) == 2

@@ -42,9 +42,8 @@ class ToyProposer:
         self.confidence_logits = None
 
     def commit(self, feats: torch.Tensor, tokens: torch.Tensor, start: int) -> None:
-        self.last = feats[
-            -1:
-        ]  # the feature of the last committed position: the one before the next anchor
+        # the feature of the last committed position: the one before the next anchor
+        self.last = feats[-1:]
 
     def propose(self, anchor: torch.Tensor, pos: int, temperature: float, generator):
         hidden = self.draft.predict(self.last, anchor)[0]

@@ -98,46 +98,78 @@ class DSparkProposer:
     `commit(feats [n, m*H], tokens [n], start)` adds committed positions start..start+n-1 only
     (never rejected drafts); `propose(anchor [1], pos, temperature, generator)` returns
     (tokens [gamma], proposal distributions [gamma, V] when sampling else None, prefix survival
-    [gamma] float64); `confidence_logits` holds the raw logits of the last proposal, or None."""
+    [gamma] float64); `confidence_logits` holds the raw logits of the last proposal, or None.
 
-    def __init__(self, draft: DSparkDraft, gamma: int, sts: torch.Tensor) -> None:
-        self.draft, self.gamma, self.sts = draft, gamma, sts
-        self.ctx_kv: list | None = None
-        self.length = 0
-        self.confidence_logits: torch.Tensor | None = (
-            None  # raw logits [gamma] of the last proposal
-        )
+    Static state (`static_state = True`): the context keys/values live in buffers of `capacity`
+    positions written in place, attended to in full (a key at or past the anchor's position is
+    invisible by the attention rule), and the proposal reads its inputs from `anchor_in` /
+    `pos_in`; so `greedy_step()` has fixed shapes and addresses, and the decoder can capture it
+    in a CUDA graph once and replay it for every block of every request (`reset()` between)."""
 
-    def commit(self, feats: torch.Tensor, tokens: torch.Tensor, start: int) -> None:
-        """Add committed positions start..start+n-1 (features [n, m*H]; tokens unused by DSpark)."""
-        d = self.draft
-        states = d.hidden_norm(d.fuse_context(feats))
-        new = d.context_kv(states, torch.arange(start, start + feats.shape[0], device=feats.device))
-        if self.ctx_kv is None:
-            self.ctx_kv = new
-        else:
-            self.ctx_kv = [
-                (torch.cat((k0, k1)), torch.cat((v0, v1)))
-                for (k0, v0), (k1, v1) in zip(self.ctx_kv, new, strict=True)
-            ]
-        self.length = start + feats.shape[0]
+    static_state = True
 
-    def propose(self, anchor: torch.Tensor, pos: int, temperature: float, generator):
-        d, cfg = self.draft, self.draft.cfg
-        device = anchor.device
+    def __init__(self, draft: DSparkDraft, gamma: int, sts: torch.Tensor, capacity: int) -> None:
+        self.draft, self.gamma, self.sts, self.capacity = draft, gamma, sts, capacity
+        self.device = draft.fc.weight.device
+        cfg = draft.cfg
         # gamma slots (anchor + gamma masks for DFlash), also when gamma is below the trained
         # block size: the block SGLang runs for --speculative-dspark-block-size gamma (its
         # attention spans only those slots), not the trained block cut short afterwards
-        slots = self.gamma if cfg.samples_from_anchor else self.gamma + 1
-        ids = torch.cat((anchor, anchor.new_full((slots - 1,), cfg.mask_token_id)))[None]
+        self.slots = gamma if cfg.samples_from_anchor else gamma + 1
+        self.ctx_kv: list[tuple[torch.Tensor, torch.Tensor]] | None = None  # on first commit
+        self.ctx_index = TokenIndex.context(capacity, self.device)
+        self.slot = torch.arange(self.slots, device=self.device)
+        self.anchor_in = torch.zeros(1, dtype=torch.long, device=self.device)
+        self.pos_in = torch.zeros(1, dtype=torch.long, device=self.device)
+        self.length = 0
+        self.confidence_logits: torch.Tensor | None = None  # raw logits [gamma], last proposal
+
+    def reset(self) -> None:
+        """A new request: stale keys sit at positions its anchors cannot see until overwritten."""
+        self.length = 0
+        self.confidence_logits = None
+
+    def commit(self, feats: torch.Tensor, tokens: torch.Tensor, start: int) -> None:
+        """Add committed positions start..start+n-1 (features [n, m*H]; tokens unused by DSpark)."""
+        d, n = self.draft, feats.shape[0]
+        if start + n > self.capacity:
+            raise ValueError(f"position {start + n - 1} is past the proposer's {self.capacity}")
+        states = d.hidden_norm(d.fuse_context(feats))
+        new = d.context_kv(states, torch.arange(start, start + n, device=feats.device))
+        if self.ctx_kv is None:
+            self.ctx_kv = [
+                (
+                    k.new_zeros((self.capacity, *k.shape[1:])),
+                    v.new_zeros((self.capacity, *v.shape[1:])),
+                )
+                for k, v in new
+            ]
+        for (k_buf, v_buf), (k, v) in zip(self.ctx_kv, new, strict=True):
+            k_buf[start : start + n] = k
+            v_buf[start : start + n] = v
+        self.length = start + n
+
+    def propose(self, anchor: torch.Tensor, pos: int, temperature: float, generator):
+        self.anchor_in.copy_(anchor)
+        self.pos_in.fill_(pos)
+        tokens, dists, survival, conf = self._propose(temperature, generator)
+        self.confidence_logits = conf
+        return tokens, dists, survival
+
+    def greedy_step(self):
+        """(tokens, survival, confidence logits or None) at temperature 0 from anchor_in / pos_in:
+        fixed shapes, no host read, no state written (what the decoder captures in a graph)."""
+        tokens, _, survival, conf = self._propose(0.0, None)
+        return tokens, survival, conf
+
+    def _propose(self, temperature: float, generator):
+        d, cfg = self.draft, self.draft.cfg
+        anchor = self.anchor_in
+        ids = torch.cat((anchor, anchor.new_full((self.slots - 1,), cfg.mask_token_id)))[None]
+        zeros = torch.zeros_like(self.slot)
+        block = TokenIndex(seq=zeros, pos=self.pos_in + self.slot, block=zeros, slot=self.slot)
         # one block of one sequence: a dense mask, no per-sequence split and no host read
-        hidden = d.backbone(
-            ids,
-            TokenIndex.single_block(pos, slots, device),
-            self.ctx_kv,
-            TokenIndex.context(self.length, device),
-            backend="dense",
-        )[0]
+        hidden = d.backbone(ids, block, self.ctx_kv, self.ctx_index, backend="dense")[0]
         if not cfg.samples_from_anchor:
             hidden = hidden[1:]
         head = d.sequential_head
@@ -156,14 +188,13 @@ class DSparkProposer:
             prev, probs = pick(logits, temperature, generator)
             tokens.append(prev)
             dists.append(probs)
-        if conf:
-            self.confidence_logits = torch.stack(conf)
-            survival = torch.cumprod(
-                torch.sigmoid(self.confidence_logits / self.sts[: self.gamma]), 0
-            )
+        confidence = torch.stack(conf) if conf else None
+        if confidence is not None:
+            survival = torch.cumprod(torch.sigmoid(confidence / self.sts[: self.gamma]), 0)
         else:
-            survival = torch.ones(self.gamma, dtype=torch.float64, device=device)
-        return torch.cat(tokens), (torch.stack(dists) if temperature > 0 else None), survival
+            survival = torch.ones(self.gamma, dtype=torch.float64, device=anchor.device)
+        proposals = torch.stack(dists) if temperature > 0 else None
+        return torch.cat(tokens), proposals, survival, confidence
 
 
 # ----- export to SGLang 0.5.23 (`--speculative-algorithm DSPARK`) -----

@@ -43,9 +43,8 @@ class Eagle3Draft(DraftModel):
     def context_kv(self, batch: PackedBatch) -> tuple[torch.Tensor, torch.Tensor]:
         g = self.fuse_context(batch.ctx_features)
         g_prev = torch.cat((g.new_zeros(1, g.shape[1]), g[:-1]))
-        g_prev = (
-            g_prev * (batch.ctx_index.pos > 0).to(g.dtype)[:, None]
-        )  # no feature before position 0
+        # no feature before position 0
+        g_prev = g_prev * (batch.ctx_index.pos > 0).to(g.dtype)[:, None]
         return self.self_attn.kv(
             self._layer_input(batch.ctx_input_ids, g_prev), batch.ctx_index.pos
         )

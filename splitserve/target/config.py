@@ -24,17 +24,22 @@ class SamplingSetting:
 class TargetConfig:
     # smollm2: the embedded default | path: a local HF directory | ling3_mini: tiny random Ling-3
     kind: str = "smollm2"
-    # a registered target backend: hf (transformers, anywhere) | sglang (production GPU; unverified)
+    # a registered target backend: hf (transformers, anywhere) | static (Llama-family targets on
+    # the static-cache runtime, CUDA graphs on a GPU) | sglang (production GPU; unverified)
     backend: str = "hf"
     path: str | None = None  # required for kind=path
     dtype: str = "auto"  # auto: bf16 on GPU, fp32 on CPU
     tp_size: int = 1  # tensor parallel size inside one target worker (sglang backend)
     regenerate: bool = True  # replace dataset answers with the target's own responses
     max_new_tokens: int = 128
-    # Samples regenerated together in one left-padded generate call (hf backend). 1 keeps one
-    # sequence per call; larger batches keep a GPU target busy. Batches are cut from the worker's
-    # sample list counted from step 0, so a resumed run regenerates the same batches.
+    # Sequences regenerated together: hf, one left-padded generate call; static, the sequences in
+    # flight (continuous refill). 1 keeps one sequence at a time; larger batches keep a GPU busy.
     generate_batch: int = 1
+    # static backend: samples handed to it at once (the queue that refills finished slots), cut
+    # from the worker's sample list counted from step 0, so a resumed run regenerates the same
+    # windows; a window's captured states stay on the device until sent. 0: 4 x generate_batch.
+    # (hf: each generate call is one window of generate_batch.)
+    produce_window: int = 0
     sampling: list[SamplingSetting] = field(default_factory=lambda: [SamplingSetting()])
     # The draft.target_layer_ids this target is meant to be distilled from: a draft that leaves
     # its ids unset (null) takes these (else DFlash's evenly spaced rule). Ids count decoder

@@ -20,10 +20,11 @@ from torch import nn
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer, LinearAttentionCacheLayerMixin
 
+# class-name suffixes: bailing_hybrid KDA, Qwen3-Next
 LINEAR_LAYER_CLASSES = (
     "DeltaAttention",
     "GatedDeltaNet",
-)  # class-name suffixes: bailing_hybrid KDA, Qwen3-Next
+)
 
 
 def linear_layers(model: nn.Module) -> dict[int, nn.Module]:

@@ -9,7 +9,7 @@ same `TargetSetup` and registered by name; `target.backend` picks one.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,6 +48,12 @@ class TargetBackend:
         self.spec = load_target_spec(setup.model_dir)
         self.tokenizer = check_tokenizer(setup.model_dir, self.spec)
 
+    @property
+    def window(self) -> int:
+        """Samples handed to `produce_stream` at a time (fixed slices of the worker's sample
+        list, see workers.BatchedProducer); 1: `produce` one by one."""
+        return self.cfg.generate_batch
+
     def produce(self, g: int, conversation: Conversation) -> SequenceSample:
         raise NotImplementedError
 
@@ -56,6 +62,13 @@ class TargetBackend:
     ) -> list[SequenceSample]:
         """Several samples at once; backends that batch regeneration override this."""
         return [self.produce(g, c) for g, c in zip(gs, conversations, strict=True)]
+
+    def produce_stream(
+        self, gs: list[int], conversations: list[Conversation]
+    ) -> Iterator[tuple[int, SequenceSample]]:
+        """(index into gs, sample) for every sample, in any order: a backend that finishes
+        samples at different times yields each as it is done (so the worker can send it)."""
+        yield from enumerate(self.produce_batch(gs, conversations))
 
     # ----- rules shared by every backend -----
     def prompt(self, conversation: Conversation) -> list[int]:

@@ -73,9 +73,8 @@ class HFTarget(TargetBackend):
             response = out[i, width : width + self.budget(p.numel())]
             ends = (response == eos).nonzero() if eos is not None else response[:0]
             if ends.numel():
-                response = response[
-                    : int(ends[0]) + 1
-                ]  # as unbatched generate: stop after the first EOS
+                # as unbatched generate: stop after the first EOS
+                response = response[: int(ends[0]) + 1]
             results.append(self.with_mask(p, response))
         return results
 

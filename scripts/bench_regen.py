@@ -1,0 +1,168 @@
+"""Regeneration throughput of the target backends on this device, in one run.
+
+    python scripts/bench_regen.py --out regen.json [--backends hf,static] [--samples 256]
+        [--slots 256] [--max-new-tokens 256] [--max-length 512] [--sharegpt 0.5]
+
+Each backend produces the same samples (ids 0..N-1 of the training prompt stream: GSM8K, plus
+ShareGPT for the given share, sampling settings alternating greedy / temperature 1 top_p 0.95)
+exactly as a target worker does: `produce_batch` over windows of `backend.window` samples,
+regeneration and hidden-state capture included. Reported per backend: build time (loading, and
+for static the CUDA-graph capture), wall time, samples/s, new tokens/s, and for static the decode
+steps and time per step beside the floor of one step (the target's weight bytes over this
+device's copy bandwidth, measured here). Greedy samples are compared between backends (how many
+answers are identical: bf16 batched kernels may differ in near-ties). Writes JSON to --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from splitserve.data import DataConfig, PromptStream, SourceConfig, load_prompts  # noqa: E402
+from splitserve.target.backends import TargetSetup, make_backend  # noqa: E402
+from splitserve.target.config import SamplingSetting, TargetConfig, resolve_dtype  # noqa: E402
+from splitserve.target.embedded import ensure_smollm2  # noqa: E402
+from splitserve.target.models import load_causal_lm  # noqa: E402
+
+
+def sync(device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def copy_bandwidth(device) -> float:
+    """Bytes per second of a device-to-device copy (read + write), 1 GiB."""
+    if device.type != "cuda":
+        return float("nan")
+    src = torch.empty(1 << 30, dtype=torch.uint8, device=device)
+    dst = torch.empty_like(src)
+    dst.copy_(src)
+    sync(device)
+    t0 = time.perf_counter()
+    for _ in range(5):
+        dst.copy_(src)
+    sync(device)
+    return 2 * 5 * src.numel() / (time.perf_counter() - t0)
+
+
+def run_backend(name: str, args, conversations, device) -> tuple[dict, list]:
+    cfg = TargetConfig(
+        backend=name,
+        max_new_tokens=args.max_new_tokens,
+        generate_batch=args.slots,
+        sampling=[SamplingSetting(0.0, 1.0), SamplingSetting(1.0, 0.95)],
+    )
+    setup = TargetSetup(
+        ensure_smollm2(), cfg, args.layer_ids, device, seed=0,
+        max_length=args.max_length, max_prompt_tokens=args.max_prompt_tokens,
+    )  # fmt: skip
+    t0 = time.perf_counter()
+    backend = make_backend(setup)
+    sync(device)
+    built = time.perf_counter() - t0
+    gs = list(range(args.samples))
+    window = backend.window
+    out = []
+    t0 = time.perf_counter()
+    for k in range(0, len(gs), window):
+        part = gs[k : k + window]
+        out += backend.produce_batch(part, [conversations[g] for g in part])
+        sync(device)
+        print(f"{name}: {len(out)}/{len(gs)} samples, {time.perf_counter() - t0:.1f} s", flush=True)
+    wall = time.perf_counter() - t0
+    new = sum(int(s.loss_mask.sum()) for s in out)
+    row = {
+        "backend": name,
+        "build_s": round(built, 2),
+        "window": window,
+        "wall_s": round(wall, 3),
+        "samples_per_s": round(len(out) / wall, 2),
+        "new_tokens": new,
+        "new_tokens_per_s": round(new / wall, 1),
+        "tokens_per_sample_mean": round(sum(s.input_ids.numel() for s in out) / len(out), 1),
+    }
+    engine = getattr(backend, "engine", None)
+    if engine is not None:
+        row["decode_steps"] = engine.steps
+        row["prefills"] = engine.prefills
+    del backend
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    return row, out
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(
+        prog="python scripts/bench_regen.py",
+        description=__doc__.split("\n")[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument("--out", required=True, help="JSON file to write")
+    p.add_argument("--backends", default="hf,static", help="comma-separated backend names")
+    p.add_argument("--samples", type=int, default=256, help="samples per backend")
+    p.add_argument("--slots", type=int, default=256, help="target.generate_batch")
+    p.add_argument("--max-new-tokens", type=int, default=256, help="target.max_new_tokens")
+    p.add_argument("--max-length", type=int, default=512, help="data.max_length")
+    p.add_argument("--max-prompt-tokens", type=int, default=256, help="data.max_prompt_tokens")
+    p.add_argument("--sharegpt", type=int, default=1, help="ShareGPT weight beside GSM8K's 1")
+    p.add_argument("--layer-ids", default="1,15,28", help="captured target layers")
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    args = p.parse_args(argv)
+    args.layer_ids = [int(x) for x in args.layer_ids.split(",")]
+    for flag in ("samples", "slots", "max_new_tokens", "max_length", "max_prompt_tokens"):
+        if getattr(args, flag) < 1:
+            p.error(f"--{flag.replace('_', '-')} must be >= 1")
+    device = torch.device(args.device)
+    sources = [SourceConfig("gsm8k")]
+    if args.sharegpt:
+        sources.append(SourceConfig("sharegpt", limit=20_000, weight=args.sharegpt))
+    stream = PromptStream(load_prompts(DataConfig(sources=sources, eval_prompts=0)).train, 0)
+    conversations = [stream[g] for g in range(args.samples)]
+    weights = weight_bytes(device)
+    bandwidth = copy_bandwidth(device)
+    result = {
+        "device": (
+            torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor()
+        ),
+        "torch": torch.__version__,
+        "args": vars(args),
+        "weight_bytes": weights,
+        "copy_bandwidth_GBps": round(bandwidth / 1e9, 1),
+        "step_floor_ms": round(1e3 * weights / bandwidth, 4),
+        "rows": [],
+    }
+    outputs = {}
+    for name in args.backends.split(","):
+        row, outputs[name] = run_backend(name, args, conversations, device)
+        if row.get("decode_steps"):
+            row["ms_per_step_incl_prefills"] = round(1e3 * row["wall_s"] / row["decode_steps"], 3)
+        result["rows"].append(row)
+        print(json.dumps(row), flush=True)
+    if len(outputs) > 1:
+        names = list(outputs)
+        a, b = outputs[names[0]], outputs[names[1]]
+        greedy = range(0, args.samples, 2)  # setting 0 (greedy) on even ids
+        same = sum(torch.equal(a[g].input_ids.cpu(), b[g].input_ids.cpu()) for g in greedy)
+        result["greedy_identical"] = f"{same}/{len(greedy)} ({names[0]} vs {names[1]})"
+    Path(args.out).write_text(json.dumps(result, indent=1))
+    print(json.dumps({k: v for k, v in result.items() if k != "rows"}, indent=1))
+
+
+def weight_bytes(device) -> int:
+    """The target's weight bytes in the dtype it runs in here (tied weights counted once)."""
+    dtype = resolve_dtype("auto", device)
+    model = load_causal_lm(ensure_smollm2(), torch.device("cpu"), dtype)
+    return sum(p.numel() * p.element_size() for p in model.parameters())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,124 @@
+"""The `static` backend: Llama-family targets on the static runtime (runtime.regen).
+
+Regeneration keeps `target.generate_batch` sequences in flight and refills finished ones' slots
+from the rest of the window it was handed (`target.produce_window`, default 4 x generate_batch),
+in groups of 1/16 of the slots; every step is one CUDA-graph replay on a GPU and the same code
+eagerly on CPU. The draft's target layers are captured by the generating forwards themselves (no
+capture pass, no padding). Sampling uses counter-based noise keyed by the sample's
+`regeneration_seed`, so a sample is the same in any batch, any process and after a resume; its
+draws differ from the `hf` backend's (torch's generator stream). Greedy answers equal the `hf`
+backend's in fp32; in bf16 the two round differently and diverge after a near-tie. Samples are
+handed to the worker as they finish (`produce_stream`); one that finishes before the worker needs
+it keeps its captured states on the device until sent: about (m + 1) x hidden x 2 bytes per token
+in bf16, for m target layers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import torch
+
+from draft_models import SequenceSample
+
+from ...data import Conversation
+from ..chat import render_with_loss_mask
+from ..config import regeneration_seed, resolve_dtype
+from ..models import load_causal_lm
+from ..runtime.engines import static_refusal
+from ..runtime.regen import Regenerator, Request
+from .base import TargetBackend, TargetSetup, register_backend
+
+# default window: its last sequences run beside idle slots (so larger is faster), and its captured
+# states stay on the device until sent (so larger holds more memory)
+WINDOW_PER_SLOT = 4
+
+
+@register_backend("static")
+class StaticTarget(TargetBackend):
+    def __init__(self, setup: TargetSetup) -> None:
+        super().__init__(setup)
+        self.dtype = resolve_dtype(self.cfg.dtype, self.device)
+        self.model = load_causal_lm(setup.model_dir, self.device, self.dtype)
+        why = static_refusal(self.model)
+        if why is not None:
+            raise ValueError(f"target.backend=static {why} (use target.backend=hf)")
+        self.engine = Regenerator(
+            self.model,
+            self.layer_ids,
+            slots=self.cfg.generate_batch,
+            # the longest sequence: a prompt of max_prompt_tokens and at least one new token
+            max_len=max(setup.max_length, setup.max_prompt_tokens) + 1,
+            eos=self._stop_ids(),
+            nucleus=any(s.temperature > 0 and s.top_p < 1 for s in self.cfg.sampling),
+        )
+
+    def _stop_ids(self) -> set[int]:
+        """The tokens that end an answer: the tokenizer's EOS and every id the model's generation
+        config lists (as transformers' generate stops on any of them)."""
+        ids = self.model.generation_config.eos_token_id
+        ids = set() if ids is None else {ids} if isinstance(ids, int) else set(ids)
+        if self.tokenizer.eos_token_id is not None:
+            ids.add(self.tokenizer.eos_token_id)
+        return ids
+
+    @property
+    def window(self) -> int:
+        if not self.cfg.regenerate:
+            return 1
+        return self.cfg.produce_window or WINDOW_PER_SLOT * self.cfg.generate_batch
+
+    def produce(self, g: int, conversation: Conversation) -> SequenceSample:
+        return self.produce_batch([g], [conversation])[0]
+
+    def produce_batch(
+        self, gs: list[int], conversations: list[Conversation]
+    ) -> list[SequenceSample]:
+        out: list[SequenceSample | None] = [None] * len(gs)
+        for i, sample in self.produce_stream(gs, conversations):
+            out[i] = sample
+        return out
+
+    def produce_stream(
+        self, gs: list[int], conversations: list[Conversation]
+    ) -> Iterator[tuple[int, SequenceSample]]:
+        """Each sample as soon as its answer ends (the rest of the window keeps generating)."""
+        if not self.cfg.regenerate:  # the dataset's answers, one prefill each
+            for i, conversation in enumerate(conversations):
+                with torch.no_grad():
+                    sample = self._teacher_forced(conversation)
+                yield i, sample
+            return
+        requests = []
+        for g, conversation in zip(gs, conversations, strict=True):
+            prompt = torch.tensor(self.prompt(conversation), dtype=torch.long)
+            setting = self.setting(g)
+            requests.append(
+                Request(
+                    prompt,
+                    self.budget(prompt.numel()),
+                    regeneration_seed(self.setup.seed, g),
+                    setting.temperature,
+                    setting.top_p,
+                )
+            )
+        for i, d in self.engine.stream(requests):
+            yield i, self._sample(d.ids, d.prompt_len, d.aux, d.final)
+
+    def _teacher_forced(self, conversation: Conversation) -> SequenceSample:
+        ids, mask = render_with_loss_mask(self.tokenizer, conversation)
+        ids, mask = ids[: self.setup.max_length], mask[: self.setup.max_length]
+        self.engine.prefill([0], [ids])
+        aux, final = self.engine.states(0, ids.numel())
+        return SequenceSample(
+            input_ids=ids.to(self.device), loss_mask=mask.bool().to(self.device),
+            aux_hidden=aux, final_hidden=final,
+        )  # fmt: skip
+
+    def _sample(self, ids, prompt_len, aux, final) -> SequenceSample:
+        ids, mask = self.with_mask(ids[:prompt_len], ids[prompt_len:])
+        n = min(ids.numel(), self.setup.max_length)
+        return SequenceSample(
+            input_ids=ids[:n].to(self.device), loss_mask=mask[:n].to(self.device),
+            aux_hidden=aux[:n], final_hidden=final[:n],
+        )  # fmt: skip

@@ -1,0 +1,157 @@
+"""Target engines: how the speculative decoder runs the frozen target for one request.
+
+Every engine keeps one request's target state between steps and offers three calls:
+`begin(max_len)` (a new request), `forward(ids [n], start)` -> (logits [n, V] fp32, captured
+features [n, m*H]) for tokens at positions start..start+n-1 (the prompt, then each verify
+block), and `accept(width, accepted)` after a verify step, which keeps the anchor and the first
+`accepted` drafts and forgets the rest.
+
+- `EagerEngine` (any transformers causal LM, KDA hybrids included): a DynamicCache cropped after
+  each step, capture hooks, and the per-position staging of linear-attention state.
+- `StaticEngine` (Llama-family targets, `static_llama.StaticLlama`): a static KV cache, one CUDA
+  graph per verify width on a GPU (eager on CPU, same code), features returned by the step
+  itself; forgetting rejected drafts costs nothing (see StaticLlama).
+`make_engine(model, layer_ids, runtime)` picks one: `static` where the target is supported,
+`eager` otherwise; `auto` = static on a GPU for supported targets, else eager.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+from transformers import DynamicCache
+
+from ..capture import capture_states
+from ..linear_state import LinearStateStager, crop_cache, has_linear_layers
+from ..models import cache_kwarg
+from .graphs import GraphedStep
+from .static_llama import SUPPORTED, StaticLlama, unsupported_reason
+
+RUNTIMES = ("auto", "eager", "static")
+
+
+class EagerEngine:
+    graphs = False  # the decoder graphs its draft proposal only beside a graphed target
+
+    def __init__(self, model, layer_ids: list[int]) -> None:
+        self.model, self.layer_ids = model, list(layer_ids)
+        self.device = next(model.parameters()).device
+        self.stager = LinearStateStager(model) if has_linear_layers(model) else None
+        self.cache = None
+        self._staging = contextlib.ExitStack()
+
+    def begin(self, max_len: int) -> None:
+        self.close()
+        if self.stager is not None:
+            self._staging.enter_context(self.stager)
+        # the config tells hybrid models which layers are linear
+        self.cache = DynamicCache(config=self.model.config)
+
+    def forward(self, ids: torch.Tensor, start: int):
+        pos = torch.arange(start, start + ids.shape[0], device=self.device)[None]
+        if self.stager is not None:
+            self.stager.staging = start > 0  # verify blocks stage every position's linear state
+        with capture_states(self.model, self.layer_ids) as store:
+            out = self.model(
+                input_ids=ids[None],
+                position_ids=pos,
+                use_cache=True,
+                **cache_kwarg(self.model, self.cache),
+            )
+        if self.stager is not None:
+            self.stager.staging = False
+        feats = (
+            torch.cat([store["layers"][i][0] for i in self.layer_ids], -1)
+            if self.layer_ids
+            else None
+        )
+        return out.logits[0].float(), feats
+
+    def accept(self, width: int, accepted: int) -> None:
+        if self.stager is not None:  # linear layers: the staged state of the last kept position
+            self.stager.commit(self.cache, accepted)
+        crop_cache(self.cache, width - accepted - 1)  # rejected drafts and padding
+
+    def close(self) -> None:
+        self._staging.close()
+        self._staging = contextlib.ExitStack()
+
+
+class StaticEngine:
+    """Verify widths in `widths` replay one CUDA graph each (captured on first use); any other
+    call (the prompt) runs the same forward eagerly. `compile_step`: the graphs capture a
+    torch.compile'd step (fused kernels; one compilation per width on first use)."""
+
+    def __init__(
+        self,
+        model,
+        layer_ids: list[int],
+        *,
+        max_len: int = 4096,
+        widths: list[int] | None = None,
+        graphs: bool | None = None,
+        compile_step: bool = False,
+    ) -> None:
+        self.device = next(model.parameters()).device
+        self.net = StaticLlama(model, max_rows=1, max_len=max_len, capture_ids=list(layer_ids))
+        self.layer_ids, self.max_len = list(layer_ids), max_len
+        use_graphs = self.device.type == "cuda" if graphs is None else graphs
+        self.graphs = use_graphs and self.device.type == "cuda"
+        graphed = torch.compile(self._step, dynamic=False) if compile_step else None
+        self.step = GraphedStep(
+            self._step, widths or [], self.device, enabled=use_graphs, graph_fn=graphed
+        )
+
+    def _step(self, ids: torch.Tensor, pos: torch.Tensor):
+        logits, feats, _ = self.net(ids, pos)
+        return logits[0].float(), feats[0] if feats is not None else None
+
+    def begin(self, max_len: int) -> None:
+        if max_len > self.max_len:
+            raise ValueError(
+                f"this request needs {max_len} positions; the static cache holds "
+                f"{self.max_len} (raise max_len)"
+            )
+
+    def forward(self, ids: torch.Tensor, start: int):
+        pos = torch.arange(start, start + ids.shape[0], device=self.device)[None]
+        return self.step(ids[None], pos)
+
+    def accept(self, width: int, accepted: int) -> None:
+        pass  # the next step overwrites the rejected positions before any query sees them
+
+    def close(self) -> None:
+        pass
+
+
+def static_refusal(model) -> str | None:
+    """Why the static runtime cannot run `model` ("runs ...; this one ..."), or None."""
+    why = unsupported_reason(model.config)
+    if why is None and has_linear_layers(model):
+        why = f"runs {', '.join(SUPPORTED)} targets without linear-attention layers"
+    return why
+
+
+def static_supported(model) -> bool:
+    return static_refusal(model) is None
+
+
+def make_engine(
+    model,
+    layer_ids: list[int],
+    runtime: str = "auto",
+    *,
+    max_len: int = 4096,
+    widths: list[int] | None = None,
+):
+    """The engine for `runtime` (auto | eager | static); static refuses unsupported targets."""
+    if runtime not in RUNTIMES:
+        raise ValueError(f"runtime {runtime!r} is invalid; allowed: {', '.join(RUNTIMES)}")
+    on_gpu = next(model.parameters()).device.type == "cuda"
+    if runtime == "static" or (runtime == "auto" and on_gpu and static_supported(model)):
+        why = static_refusal(model)
+        if why is not None:
+            raise ValueError(f"runtime=static {why} (use eager)")
+        return StaticEngine(model, layer_ids, max_len=max_len, widths=widths)
+    return EagerEngine(model, layer_ids)

@@ -1,0 +1,218 @@
+"""Regeneration with continuous refill on the static runtime, capturing as it generates.
+
+`Regenerator.stream(requests)` keeps up to `slots` sequences in flight, one static-cache row each,
+and yields each result as it finishes (`run` collects them in request order).
+Every step is one forward of the whole batch at width 1 (one CUDA-graph replay on a GPU) that
+feeds each row its newest token at that row's own position, writes the draft's target layers and
+the final normed state of that position into per-row buffers, and samples each row's next token
+on the device (sampling.sample_rows: per-row seed, temperature and top_p). The host reads the
+emitted tokens once per step; a row whose sequence ended (EOS or its budget) is fed its last
+token once more (so that position's states are captured too), handed back, and its slot refilled
+from the queue: free slots are refilled together, once 1/16 of them are free, by one eager
+prefill forward of their prompts (one forward per prompt would cost more than the steps).
+
+So the hidden states come from the generating forwards themselves: no padding (rows never share
+positions), no second capture forward, and a sample's tokens depend only on its own seed and
+logits (counter-based noise), not on which samples share its batch.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Collection, Iterator
+from dataclasses import dataclass, field
+
+import torch
+
+from .graphs import capture
+from .sampling import sample_rows
+from .static_llama import StaticLlama
+
+
+@dataclass
+class Request:
+    prompt: torch.Tensor  # [P] token ids
+    budget: int  # new tokens at most
+    seed: int
+    temperature: float = 0.0
+    top_p: float = 1.0
+
+
+@dataclass
+class Generated:
+    ids: torch.Tensor  # [L] prompt + response, on the host
+    prompt_len: int
+    aux: torch.Tensor | None  # [L, m*H] the capture layers' outputs, on the device
+    final: torch.Tensor  # [L, H] the final normed state
+
+
+@dataclass
+class _Row:
+    index: int
+    request: Request
+    response: list[int] = field(default_factory=list)
+    finishing: bool = False  # its last token is fed in the next step, then it is handed back
+
+
+class Regenerator:
+    def __init__(
+        self,
+        model,
+        capture_ids: list[int],
+        *,
+        slots: int,
+        max_len: int,
+        eos: Collection[int],
+        nucleus: bool,
+        graphs: bool | None = None,
+    ) -> None:
+        """`eos`: the token ids that end an answer (kept in it). `nucleus`: some request may use
+        top_p < 1 at temperature > 0 (adds a sort per step). `graphs`: replay the step as a CUDA
+        graph (default: on a GPU)."""
+        self.net = StaticLlama(model, max_rows=slots, max_len=max_len, capture_ids=capture_ids)
+        self.slots, self.max_len, self.eos, self.nucleus = slots, max_len, set(eos), nucleus
+        dev = self.device = self.net.embed.device
+        hidden, dtype = self.net.embed.shape[1], self.net.embed.dtype
+        self.ids = torch.zeros((slots, 1), dtype=torch.long, device=dev)
+        self.pos = torch.zeros((slots, 1), dtype=torch.long, device=dev)
+        self.seed = torch.zeros(slots, dtype=torch.long, device=dev)
+        self.temperature = torch.zeros(slots, dtype=torch.float32, device=dev)
+        self.top_p = torch.ones(slots, dtype=torch.float32, device=dev)
+        self.rows = torch.arange(slots, device=dev)
+        width = self.net.feature_width
+        self.aux = torch.zeros((slots, max_len, width), dtype=dtype, device=dev) if width else None
+        self.final = torch.zeros((slots, max_len, hidden), dtype=dtype, device=dev)
+        # refill when this many slots are free: one prefill forward per group, not per prompt
+        self.refill_group = max(1, slots // 16)
+        self.steps = self.prefills = 0  # counters, for benchmarks
+        self.graph = None
+        if graphs if graphs is not None else dev.type == "cuda":
+            # every row idle at position 0: the warm-up steps write only what a prefill overwrites
+            self.graph, self.emitted = capture(self._step, dev)
+            self.ids.zero_()
+            self.pos.zero_()
+
+    def _step(self) -> torch.Tensor:
+        """Feed every row its newest token; store that position's states; sample the next."""
+        logits, feats, final = self.net(self.ids, self.pos)
+        p = self.pos[:, 0]
+        if self.aux is not None:
+            self.aux[self.rows, p] = feats[:, 0]
+        self.final[self.rows, p] = final[:, 0]
+        t, top_p = self.temperature, self.top_p
+        nxt = sample_rows(logits[:, 0], self.seed, p + 1, t, top_p, self.nucleus)
+        self.ids.copy_(nxt[:, None])
+        self.pos.copy_((self.pos + 1).clamp_max(self.max_len - 1))  # idle rows stay in range
+        return nxt
+
+    def step(self) -> torch.Tensor:
+        self.steps += 1
+        if self.graph is None:
+            return self._step()
+        self.graph.replay()
+        return self.emitted
+
+    @torch.no_grad()
+    def prefill(self, slots: list[int], prompts: list[torch.Tensor]) -> torch.Tensor:
+        """One eager forward of the prompts into cache rows `slots`, right-padded to the longest
+        (a padded position writes keys past its row's length, which the row's own decode steps
+        overwrite before any query can see them); stores their states and returns each prompt's
+        last-position logits [len(slots), V]."""
+        lens = [p.numel() for p in prompts]
+        if max(lens) > self.max_len:
+            raise ValueError(
+                f"a sequence of {max(lens)} tokens does not fit the cache ({self.max_len})"
+            )
+        self.prefills += 1
+        ids = torch.zeros((len(prompts), max(lens)), dtype=torch.long)
+        for i, p in enumerate(prompts):
+            ids[i, : lens[i]] = p
+        ids = ids.to(self.device)
+        pos = torch.arange(ids.shape[1], device=self.device).expand_as(ids)
+        rows = torch.tensor(slots, device=self.device)
+        last = torch.tensor(lens, device=self.device) - 1
+        logits, feats, final = self.net(ids, pos, rows=rows, logits_at=last)
+        for i, (s, n) in enumerate(zip(slots, lens, strict=True)):
+            if self.aux is not None:
+                self.aux[s, :n] = feats[i, :n]
+            self.final[s, :n] = final[i, :n]
+        return logits[:, 0]
+
+    def states(self, row: int, n: int) -> tuple[torch.Tensor | None, torch.Tensor]:
+        """Copies of row `row`'s stored states for positions 0..n-1."""
+        aux = self.aux[row, :n].clone() if self.aux is not None else None
+        return aux, self.final[row, :n].clone()
+
+    def run(self, requests: list[Request]) -> list[Generated]:
+        """Every request's result, in request order."""
+        out: list[Generated | None] = [None] * len(requests)
+        for index, done in self.stream(requests):
+            out[index] = done
+        return out
+
+    def stream(self, requests: list[Request]) -> Iterator[tuple[int, Generated]]:
+        """(request index, result) as each request finishes. The schedule (which row takes
+        which request, when) depends on the generated tokens only, never on when the caller
+        pulls, so a request's result is the same however the stream is consumed."""
+        for r in requests:
+            if r.prompt.numel() + r.budget > self.max_len:
+                raise ValueError(
+                    f"a prompt of {r.prompt.numel()} tokens with {r.budget} new ones does not "
+                    f"fit the cache ({self.max_len} positions)"
+                )
+        queue = deque(enumerate(requests))
+        rows: list[_Row | None] = [None] * self.slots
+        while queue or any(rows):
+            free = [s for s, row in enumerate(rows) if row is None]
+            # refill in groups (one prefill forward each); the last prompts, or into an idle
+            # batch, at once
+            group = min(self.refill_group, len(queue))
+            if queue and (len(free) >= group or len(free) == self.slots):
+                starts = [queue.popleft() for _ in range(min(len(free), len(queue)))]
+                taken = free[: len(starts)]
+                with torch.no_grad():
+                    for s, row in zip(taken, self._start(taken, starts), strict=True):
+                        rows[s] = row
+            with torch.no_grad():
+                emitted = self.step().tolist()  # the one host read of a step
+            finished = []
+            for s, row in enumerate(rows):
+                if row is None:
+                    continue
+                if row.finishing:
+                    finished.append((row.index, self._hand_back(s, row)))
+                    rows[s] = None
+                else:
+                    self._take(row, emitted[s])
+            yield from finished
+
+    def _start(self, slots: list[int], starts: list[tuple[int, Request]]) -> list[_Row]:
+        """Prefill the requests into `slots`, sample each one's first token, arm the rows."""
+        requests = [r for _, r in starts]
+        logits = self.prefill(slots, [r.prompt for r in requests])
+        idx = torch.tensor(slots, device=self.device)
+        dev = dict(device=self.device)
+        self.seed[idx] = torch.tensor([r.seed for r in requests], dtype=torch.long, **dev)
+        self.temperature[idx] = torch.tensor([r.temperature for r in requests], **dev)
+        self.top_p[idx] = torch.tensor([r.top_p for r in requests], **dev)
+        lens = torch.tensor([r.prompt.numel() for r in requests], **dev)
+        first = sample_rows(
+            logits, self.seed[idx], lens, self.temperature[idx], self.top_p[idx], self.nucleus
+        )
+        self.ids[idx, 0], self.pos[idx, 0] = first, lens
+        armed = []
+        for (index, r), token in zip(starts, first.tolist(), strict=True):
+            row = _Row(index, r)
+            self._take(row, token)
+            armed.append(row)
+        return armed
+
+    def _take(self, row: _Row, token: int) -> None:
+        row.response.append(token)
+        row.finishing = token in self.eos or len(row.response) >= row.request.budget
+
+    def _hand_back(self, s: int, row: _Row) -> Generated:
+        p = row.request.prompt.numel()
+        ids = torch.cat((row.request.prompt.long().cpu(), torch.tensor(row.response)))
+        aux, final = self.states(s, ids.numel())
+        return Generated(ids, p, aux, final)

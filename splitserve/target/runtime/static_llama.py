@@ -1,0 +1,175 @@
+"""A Llama-family target with a static KV cache, written for CUDA-graph capture.
+
+Why our own forward rather than transformers' with a StaticCache: a graph replays fixed shapes
+and fixed memory, so every step must (a) write its keys and values at per-row positions given as
+device tensors (transformers' StaticCache writes one position range shared by every row, which
+rules out rows at different lengths, i.e. continuous batching), (b) return the draft's target
+layers and the final normed state as tensors of the step itself (no forward hooks, no Python on
+replay) and (c) never read the device. The weights are the HF model's own tensors (shared, not
+copied), and the rotary embedding is the HF model's module, so the RoPE types with frequencies
+fixed at load (STATIC_ROPE) follow it; the others are refused.
+
+Shapes: a step takes token ids [B, W] at positions [B, W] for cache rows row0..row0+B-1 and
+returns (logits [B, W, V], features [B, W, m*H] of the capture ids, final normed [B, W, H]).
+Each query sees the cache at key positions <= its own position in its row: keys written at
+positions past a row's committed length (rejected drafts) are overwritten before any query can
+see them, so rolling back a row is only moving its length back, never touching the cache.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+SUPPORTED = ("llama",)  # pre-norm decoders with q/k/v/o, NeoX RoPE, a gated MLP, no sliding window
+# RoPE types whose frequencies are fixed at load: "dynamic" and "longrope" rescale them from the
+# largest position in a batch (a host read, and one row's frequencies would depend on the others)
+STATIC_ROPE = ("default", "linear", "llama3", "yarn")
+
+
+def unsupported_reason(config) -> str | None:
+    """Why StaticLlama cannot run this config exactly ("runs ...; this one ..."), or None."""
+    if config.model_type not in SUPPORTED:
+        return (
+            f"runs {', '.join(SUPPORTED)} targets without linear-attention layers; this one is "
+            f"{config.model_type}"
+        )
+    rope = (getattr(config, "rope_parameters", None) or {}).get("rope_type", "default")
+    if rope not in STATIC_ROPE:
+        return (
+            f"runs RoPE types {', '.join(STATIC_ROPE)}; this target's rope_type {rope!r} "
+            "rescales its frequencies per batch"
+        )
+    return None
+
+
+class StaticLlama(nn.Module):
+    def __init__(
+        self,
+        hf_model: nn.Module,
+        *,
+        max_rows: int,
+        max_len: int,
+        capture_ids: list[int],
+        with_final: bool = True,
+    ) -> None:
+        super().__init__()
+        cfg = hf_model.config
+        why = unsupported_reason(cfg)
+        if why is not None:
+            raise ValueError(f"the static runtime {why} (use the eager path)")
+        inner = hf_model.model
+        self.num_layers = cfg.num_hidden_layers
+        bad = [i for i in capture_ids if not -1 <= i < self.num_layers]
+        if bad:
+            raise ValueError(f"capture ids {bad} outside [-1, {self.num_layers - 1}]")
+        self.capture_ids = list(capture_ids)
+        self.with_final = with_final
+        self.heads, self.kv_heads = cfg.num_attention_heads, cfg.num_key_value_heads
+        self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // self.heads
+        self.eps = cfg.rms_norm_eps
+        self.max_rows, self.max_len = max_rows, max_len
+        self.embed = inner.embed_tokens.weight
+        self.rotary = inner.rotary_emb
+        self.final_norm = inner.norm.weight
+        self.lm_head = hf_model.get_output_embeddings().weight
+        self.layers = []
+        for layer in inner.layers:
+            a, m = layer.self_attn, layer.mlp
+            self.layers.append(
+                {
+                    "qkv": torch.cat((a.q_proj.weight, a.k_proj.weight, a.v_proj.weight)),
+                    "qkv_bias": (
+                        torch.cat((a.q_proj.bias, a.k_proj.bias, a.v_proj.bias))
+                        if a.q_proj.bias is not None
+                        else None
+                    ),
+                    "o": a.o_proj.weight,
+                    "o_bias": a.o_proj.bias,  # attention_bias=True biases o_proj too
+                    "gate_up": torch.cat((m.gate_proj.weight, m.up_proj.weight)),
+                    "gate_up_bias": (  # mlp_bias=True
+                        torch.cat((m.gate_proj.bias, m.up_proj.bias))
+                        if m.gate_proj.bias is not None
+                        else None
+                    ),
+                    "down": m.down_proj.weight,
+                    "down_bias": m.down_proj.bias,
+                    "norm_in": layer.input_layernorm.weight,
+                    "norm_post": layer.post_attention_layernorm.weight,
+                }
+            )
+        dtype, device = self.embed.dtype, self.embed.device
+        shape = (self.num_layers, max_rows, self.kv_heads, max_len, self.head_dim)
+        self.register_buffer(
+            "k_cache", torch.zeros(shape, dtype=dtype, device=device), persistent=False
+        )
+        self.register_buffer(
+            "v_cache", torch.zeros(shape, dtype=dtype, device=device), persistent=False
+        )
+        self.register_buffer("key_pos", torch.arange(max_len, device=device), persistent=False)
+
+    @property
+    def feature_width(self) -> int:
+        return len(self.capture_ids) * self.embed.shape[1]
+
+    @torch.no_grad()
+    def forward(
+        self,
+        ids: torch.Tensor,
+        pos: torch.Tensor,
+        row0: int = 0,
+        *,
+        rows: torch.Tensor | None = None,
+        logits_at: torch.Tensor | None = None,
+    ):
+        """One step over ids [B, W] at positions [B, W] for cache rows row0..row0+B-1, or for
+        the cache rows in `rows` [B] (any rows: a batched prefill of the slots being refilled).
+        `logits_at` [B]: the logits of that position of each row only ([B, 1, V]), as a prefill
+        needs; default every position."""
+        b, w = ids.shape
+        span = slice(row0, row0 + b)
+        x = F.embedding(ids, self.embed)
+        captured = {-1: x} if -1 in self.capture_ids else {}
+        cos, sin = self.rotary(x, pos)
+        cos, sin = cos[:, :, None, :], sin[:, :, None, :]  # [B, W, 1, D]
+        visible = self.key_pos[None, None, None, :] <= pos[:, None, :, None]  # [B, 1, W, S]
+        batch = torch.arange(b, device=ids.device)[:, None]
+        hq, hk, d = self.heads, self.kv_heads, self.head_dim
+        for i, p in enumerate(self.layers):
+            h = F.rms_norm(x, (x.shape[-1],), p["norm_in"], self.eps)
+            qkv = F.linear(h, p["qkv"], p["qkv_bias"])
+            q, k, v = qkv.split((hq * d, hk * d, hk * d), dim=-1)
+            q = _rotate(q.view(b, w, hq, d), cos, sin)
+            k = _rotate(k.view(b, w, hk, d), cos, sin)
+            v = v.view(b, w, hk, d)
+            if rows is None:
+                k_cache, v_cache = self.k_cache[i, span], self.v_cache[i, span]  # views
+                k_cache[batch, :, pos] = k  # per-row positions, as device tensors
+                v_cache[batch, :, pos] = v
+            else:  # scattered rows: write in place, attend over gathered copies
+                self.k_cache[i][rows[:, None], :, pos] = k
+                self.v_cache[i][rows[:, None], :, pos] = v
+                k_cache, v_cache = self.k_cache[i][rows], self.v_cache[i][rows]
+            attn = F.scaled_dot_product_attention(
+                q.transpose(1, 2), k_cache, v_cache, attn_mask=visible, enable_gqa=hq != hk
+            )
+            x = x + F.linear(attn.transpose(1, 2).reshape(b, w, hq * d), p["o"], p["o_bias"])
+            h = F.rms_norm(x, (x.shape[-1],), p["norm_post"], self.eps)
+            gate, up = F.linear(h, p["gate_up"], p["gate_up_bias"]).chunk(2, dim=-1)
+            x = x + F.linear(F.silu(gate) * up, p["down"], p["down_bias"])
+            if i in self.capture_ids:
+                captured[i] = x
+        final = F.rms_norm(x, (x.shape[-1],), self.final_norm, self.eps)
+        feats = (
+            torch.cat([captured[i] for i in self.capture_ids], dim=-1) if self.capture_ids else None
+        )
+        head_in = final if logits_at is None else final[batch[:, 0], logits_at][:, None]
+        return F.linear(head_in, self.lm_head), feats, final
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """NeoX rotary embedding (HF Llama's rotate_half convention) of x [B, W, H, D]."""
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return (x * cos + rotated * sin).to(x.dtype)

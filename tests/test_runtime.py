@@ -1,0 +1,149 @@
+"""The static-cache runtime: our forward equals transformers' on the same weights, rejected
+positions are forgotten by moving the length back, and the engine choice is explicit."""
+
+import pytest
+import torch
+from conftest import llama_config
+from transformers import AutoModelForCausalLM, BailingHybridConfig
+
+from splitserve.target.runtime import EagerEngine, StaticEngine, make_engine
+from splitserve.target.runtime.static_llama import StaticLlama
+
+
+def tiny(**overrides):
+    torch.manual_seed(0)
+    return AutoModelForCausalLM.from_config(llama_config(**overrides)).double().eval()
+
+
+@pytest.mark.parametrize("biases", [False, True])
+def test_prefill_and_steps_equal_transformers(biases):
+    """Prompt, then verify blocks of several widths with some positions rewritten (a rejected
+    draft block followed by the accepted continuation): logits, captured layers and the final
+    normed state equal HF's forward over the committed sequence (also with every bias a Llama
+    config can switch on)."""
+    model = tiny(num_hidden_layers=3, attention_bias=biases, mlp_bias=biases)
+    if biases:  # transformers zero-initialises biases: make them matter
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if name.endswith("bias"):
+                    p.normal_(0, 0.5)
+    net = StaticLlama(model, max_rows=1, max_len=32, capture_ids=[-1, 0, 2])
+    seq = torch.randint(0, 100, (20,), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        ref = model(seq[None], output_hidden_states=True)
+    hs = ref.hidden_states
+
+    def check(lo, hi, out):
+        logits, feats, final = out
+        torch.testing.assert_close(logits[0], ref.logits[0, lo:hi])
+        torch.testing.assert_close(feats[0, :, :32], hs[0][0, lo:hi])  # -1: the embedding output
+        torch.testing.assert_close(feats[0, :, 32:64], hs[1][0, lo:hi])
+        # last layer, normed (transformers' RMSNorm computes in fp32, hence the tolerance)
+        normed = dict(atol=1e-6, rtol=1e-6)
+        torch.testing.assert_close(model.model.norm(feats[0, :, 64:]), hs[3][0, lo:hi], **normed)
+        torch.testing.assert_close(final[0], hs[3][0, lo:hi], **normed)
+
+    pos = torch.arange(32)[None]
+    check(0, 8, net(seq[None, :8], pos[:, :8]))
+    wrong = torch.randint(0, 100, (1, 5))
+    net(wrong, pos[:, 8:13])  # a verify block whose drafts are all rejected...
+    check(8, 12, net(seq[None, 8:12], pos[:, 8:12]))  # ...is simply overwritten
+    check(12, 13, net(seq[None, 12:13], pos[:, 12:13]))
+    check(13, 20, net(seq[None, 13:20], pos[:, 13:20]))
+
+
+def test_rows_at_different_lengths_step_together():
+    """Two cache rows at different positions in one step (continuous batching): each row's logits
+    equal the single-sequence forward of its own history."""
+    model = tiny()
+    net = StaticLlama(model, max_rows=2, max_len=16, capture_ids=[1])
+    g = torch.Generator().manual_seed(2)
+    a, b = torch.randint(0, 100, (9,), generator=g), torch.randint(0, 100, (5,), generator=g)
+    net(a[None, :8], torch.arange(8)[None], row0=0)
+    net(b[None, :4], torch.arange(4)[None], row0=1)
+    logits, _, _ = net(torch.stack((a[8:9], b[4:5])), torch.tensor([[8], [4]]))
+    with torch.no_grad():
+        torch.testing.assert_close(logits[0, 0], model(a[None]).logits[0, -1])
+        torch.testing.assert_close(logits[1, 0], model(b[None]).logits[0, -1])
+
+
+def test_engine_choice():
+    model = tiny()
+    assert isinstance(make_engine(model, [1], "auto"), EagerEngine)  # CPU: eager unless asked
+    assert isinstance(make_engine(model, [1], "static"), StaticEngine)
+    with pytest.raises(ValueError, match="runtime 'fast' is invalid; allowed: auto, eager, static"):
+        make_engine(model, [1], "fast")
+    from splitserve.target.embedded import LING3_MINI
+
+    hybrid = AutoModelForCausalLM.from_config(BailingHybridConfig(**LING3_MINI, pad_token_id=0))
+    with pytest.raises(ValueError, match="runtime=static runs llama targets .* bailing_hybrid"):
+        make_engine(hybrid, [1], "static")
+    assert isinstance(make_engine(hybrid, [1], "auto"), EagerEngine)
+    rescaled = tiny(rope_parameters={"rope_type": "dynamic", "factor": 2.0, "rope_theta": 1e4})
+    with pytest.raises(ValueError, match="runs RoPE types default.*rope_type 'dynamic'"):
+        make_engine(rescaled, [1], "static")
+    engine = make_engine(model, [1], "static")
+    with pytest.raises(ValueError, match="needs 5000 positions; the static cache holds 4096"):
+        engine.begin(5000)
+
+
+def test_sampler_draws_from_the_tempered_nucleus_and_argmax_at_zero():
+    """Counter-based Gumbel-max: over many seeds the frequencies follow softmax(logits / T);
+    top_p drops the tail; temperature 0 is argmax; the draw is a function of (seed, position)."""
+    from splitserve.target.runtime.sampling import sample_rows
+
+    logits = torch.tensor([2.0, 1.0, 0.5, 0.0, -1.0, -3.0])
+    n = 40_000
+    rows = logits.expand(n, -1)
+    seed, pos = torch.arange(n), torch.full((n,), 5)
+    ones = torch.ones(n)
+    for t in (1.0, 0.5):
+        drawn = sample_rows(rows, seed, pos, ones * t, ones, nucleus=False)
+        freq = torch.bincount(drawn, minlength=6).float() / n
+        torch.testing.assert_close(freq, (logits / t).softmax(-1), atol=0.01, rtol=0)
+    probs = logits.softmax(-1)  # 0.61, 0.22, 0.14, ...: top_p 0.8 keeps the first three
+    drawn = sample_rows(rows, seed, pos, ones, ones * 0.8, nucleus=True)
+    freq = torch.bincount(drawn, minlength=6).float() / n
+    torch.testing.assert_close(freq[:3], probs[:3] / probs[:3].sum(), atol=0.01, rtol=0)
+    assert freq[3:].sum() == 0
+    assert sample_rows(rows[:4], seed[:4], pos[:4], ones[:4] * 0, ones[:4], True).eq(0).all()
+    again = sample_rows(rows[:100], seed[:100], pos[:100], ones[:100], ones[:100], False)
+    assert torch.equal(again, sample_rows(rows, seed, pos, ones, ones, False)[:100])
+    moved = sample_rows(rows[:100], seed[:100], pos[:100] + 1, ones[:100], ones[:100], False)
+    assert not torch.equal(again, moved)
+    from splitserve.target.runtime.sampling import unit_interval
+
+    ends = unit_interval(torch.tensor([0, 255, 256, (1 << 31) - 256, (1 << 31) - 1]))
+    assert ends.min() > 0 and ends.max() < 1 and torch.isfinite(-torch.log(-torch.log(ends))).all()
+
+
+def test_regeneration_with_refill_captures_what_a_forward_over_the_answer_gives():
+    """Three requests through two slots (the third takes the first free slot), one ending at its
+    EOS: each answer is the greedy continuation of its prompt, and the states stored while it was
+    generated equal one transformers forward over prompt + answer, every position."""
+    from splitserve.target.runtime.regen import Regenerator, Request
+
+    model = tiny(num_hidden_layers=3)
+    g = torch.Generator().manual_seed(3)
+    prompts = [torch.randint(0, 100, (n,), generator=g) for n in (5, 9, 3)]
+
+    def regen(eos, budgets):
+        engine = Regenerator(model, [0, 2], slots=2, max_len=24, eos=eos, nucleus=False)
+        return engine.run([Request(p, b, seed=0) for p, b in zip(prompts, budgets, strict=True)])
+
+    free = regen((), (8, 6, 10))
+    assert [d.ids.numel() - d.prompt_len for d in free] == [8, 6, 10]
+    eos = int(free[1].ids[9 + 2])  # the third new token of request 1
+    out = regen({eos}, (8, 6, 10))
+    stop = out[1].ids[9:].tolist()
+    assert stop == free[1].ids[9 : 9 + stop.index(eos) + 1].tolist() and stop[-1] == eos
+    for d in out:
+        with torch.no_grad():
+            ref = model(d.ids[None], output_hidden_states=True)
+        hs = ref.hidden_states
+        greedy = ref.logits[0, d.prompt_len - 1 : -1].argmax(-1)
+        assert torch.equal(greedy, d.ids[d.prompt_len :])
+        torch.testing.assert_close(d.aux[:, :32], hs[1][0])
+        # layer 2, normed (transformers' RMSNorm computes in fp32, hence the tolerance)
+        torch.testing.assert_close(model.model.norm(d.aux[:, 32:]), hs[3][0], atol=1e-6, rtol=0)
+        torch.testing.assert_close(d.final, hs[3][0], atol=1e-6, rtol=0)
