@@ -25,6 +25,8 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout, installed or not
 
+from benchlib import sync  # noqa: E402  (scripts/)
+
 from draft_models import (  # noqa: E402
     DraftConfig,
     FrozenTargetHead,
@@ -63,11 +65,6 @@ def step(model, batch, backend):
     res = distillation_loss(out, batch, model.target_head, model.cfg.loss, w2)
     res.loss.backward()
     return out, res
-
-
-def sync(device):
-    if device.type == "cuda":
-        torch.cuda.synchronize()
 
 
 def measure(model, batch, backend, device, repeats):

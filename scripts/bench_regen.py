@@ -9,8 +9,9 @@ exactly as a target worker does: `produce_batch` over windows of `backend.window
 regeneration and hidden-state capture included. Reported per backend: build time (loading, and
 for static the CUDA-graph capture), wall time, samples/s, new tokens/s, and for static the decode
 steps and time per step beside the floor of one step (the target's weight bytes over this
-device's copy bandwidth, measured here). Greedy samples are compared between backends (how many
-answers are identical: bf16 batched kernels may differ in near-ties). Writes JSON to --out.
+device's copy bandwidth, measured here: benchlib.copy_bandwidth). Greedy samples are compared
+between backends (how many answers are identical: bf16 batched kernels may differ in near-ties).
+Writes JSON to --out.
 """
 
 from __future__ import annotations
@@ -27,31 +28,13 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchlib import copy_bandwidth, sync, weight_bytes  # noqa: E402  (scripts/)
+
 from splitserve.data import DataConfig, PromptStream, SourceConfig, load_prompts  # noqa: E402
 from splitserve.target.backends import TargetSetup, make_backend  # noqa: E402
 from splitserve.target.config import SamplingSetting, TargetConfig, resolve_dtype  # noqa: E402
 from splitserve.target.embedded import ensure_smollm2  # noqa: E402
 from splitserve.target.models import load_causal_lm  # noqa: E402
-
-
-def sync(device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def copy_bandwidth(device) -> float:
-    """Bytes per second of a device-to-device copy (read + write), 1 GiB."""
-    if device.type != "cuda":
-        return float("nan")
-    src = torch.empty(1 << 30, dtype=torch.uint8, device=device)
-    dst = torch.empty_like(src)
-    dst.copy_(src)
-    sync(device)
-    t0 = time.perf_counter()
-    for _ in range(5):
-        dst.copy_(src)
-    sync(device)
-    return 2 * 5 * src.numel() / (time.perf_counter() - t0)
 
 
 def run_backend(name: str, args, conversations, device) -> tuple[dict, list]:
@@ -122,12 +105,14 @@ def main(argv=None) -> None:
         if getattr(args, flag) < 1:
             p.error(f"--{flag.replace('_', '-')} must be >= 1")
     device = torch.device(args.device)
+    dtype_here = resolve_dtype("auto", device)
     sources = [SourceConfig("gsm8k")]
     if args.sharegpt:
         sources.append(SourceConfig("sharegpt", limit=20_000, weight=args.sharegpt))
     stream = PromptStream(load_prompts(DataConfig(sources=sources, eval_prompts=0)).train, 0)
     conversations = [stream[g] for g in range(args.samples)]
-    weights = weight_bytes(device)
+    # the target's weight bytes in the dtype it runs in here
+    weights = weight_bytes(load_causal_lm(ensure_smollm2(), torch.device("cpu"), dtype_here))
     bandwidth = copy_bandwidth(device)
     result = {
         "device": (
@@ -155,13 +140,6 @@ def main(argv=None) -> None:
         result["greedy_identical"] = f"{same}/{len(greedy)} ({names[0]} vs {names[1]})"
     Path(args.out).write_text(json.dumps(result, indent=1))
     print(json.dumps({k: v for k, v in result.items() if k != "rows"}, indent=1))
-
-
-def weight_bytes(device) -> int:
-    """The target's weight bytes in the dtype it runs in here (tied weights counted once)."""
-    dtype = resolve_dtype("auto", device)
-    model = load_causal_lm(ensure_smollm2(), torch.device("cpu"), dtype)
-    return sum(p.numel() * p.element_size() for p in model.parameters())
 
 
 if __name__ == "__main__":

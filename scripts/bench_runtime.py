@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -31,6 +30,8 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchlib import copy_bandwidth, sync, timed, weight_bytes  # noqa: E402  (scripts/)
+
 from draft_models import DraftConfig, TargetSpec, build_draft  # noqa: E402
 from serving.benchmarks import load_bench  # noqa: E402
 from serving.decoder import SpeculativeDecoder  # noqa: E402
@@ -38,43 +39,6 @@ from splitserve.target.chat import prompt_ids  # noqa: E402
 from splitserve.target.embedded import ensure_smollm2  # noqa: E402
 from splitserve.target.models import load_causal_lm, load_frozen_head  # noqa: E402
 from splitserve.target.runtime import EagerEngine, StaticEngine  # noqa: E402
-
-
-def sync(device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def timed(fn, repeats: int, device) -> float:
-    """Median seconds of fn() over `repeats` calls after two warm-up calls."""
-    for _ in range(2):
-        fn()
-    times = []
-    for _ in range(repeats):
-        sync(device)
-        t0 = time.perf_counter()
-        fn()
-        sync(device)
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
-
-
-def copy_bandwidth(device) -> float:
-    """Bytes per second of a device-to-device copy (read + written), 1 GiB."""
-    n = (1 << 30) // 2 if device.type == "cuda" else (1 << 26)
-    src = torch.empty(n, dtype=torch.bfloat16, device=device)
-    dst = torch.empty_like(src)
-    seconds = timed(lambda: dst.copy_(src), 10, device)
-    return 2 * src.numel() * src.element_size() / seconds
-
-
-def weight_bytes(model) -> int:
-    seen, total = set(), 0
-    for p in model.parameters():
-        if p.data_ptr() not in seen:
-            seen.add(p.data_ptr())
-            total += p.numel() * p.element_size()
-    return total
 
 
 def step_ms(engine, width: int, context: int, vocab: int, repeats: int, device) -> float:

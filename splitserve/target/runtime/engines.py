@@ -97,11 +97,11 @@ class StaticEngine:
         self.net = StaticLlama(model, max_rows=1, max_len=max_len, capture_ids=list(layer_ids))
         self.layer_ids, self.max_len = list(layer_ids), max_len
         use_graphs = self.device.type == "cuda" if graphs is None else graphs
-        self.graphs = use_graphs and self.device.type == "cuda"
         graphed = torch.compile(self._step, dynamic=False) if compile_step else None
         self.step = GraphedStep(
             self._step, widths or [], self.device, enabled=use_graphs, graph_fn=graphed
         )
+        self.graphs = self.step.enabled  # graphs on (a GPU, not switched off)
 
     def _step(self, ids: torch.Tensor, pos: torch.Tensor):
         logits, feats, _ = self.net(ids, pos)

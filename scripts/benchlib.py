@@ -1,0 +1,47 @@
+"""Timing helpers the GPU benchmark scripts share: device sync, a median timer, the device's copy
+bandwidth (the memory floor every step figure is reported beside) and a model's weight bytes."""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+
+
+def sync(device) -> None:
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def timed(fn, repeats: int, device) -> float:
+    """Median seconds of fn() over `repeats` calls after two warm-up calls."""
+    for _ in range(2):
+        fn()
+    times = []
+    for _ in range(repeats):
+        sync(device)
+        t0 = time.perf_counter()
+        fn()
+        sync(device)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def copy_bandwidth(device) -> float:
+    """Bytes per second of a device-to-device copy (read + written), 1 GiB (64 MiB on CPU)."""
+    n = (1 << 30) // 2 if torch.device(device).type == "cuda" else (1 << 26)
+    src = torch.empty(n, dtype=torch.bfloat16, device=device)
+    dst = torch.empty_like(src)
+    seconds = timed(lambda: dst.copy_(src), 10, device)
+    return 2 * src.numel() * src.element_size() / seconds
+
+
+def weight_bytes(model) -> int:
+    """Bytes of a model's parameters, tied weights counted once."""
+    seen, total = set(), 0
+    for p in model.parameters():
+        if p.data_ptr() not in seen:
+            seen.add(p.data_ptr())
+            total += p.numel() * p.element_size()
+    return total
