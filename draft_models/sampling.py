@@ -1,8 +1,14 @@
-"""Choosing a token from logits, shared by every proposer and by the decoder's verify step."""
+"""Choosing a token from logits, shared by every proposer and by the decoder's verify step, and
+the counter-based noise that makes a draw a pure function of (seed, counter): what a CUDA graph
+can replay (a torch.Generator's stream advances on the host) and what the target runtime's
+batched sampler uses so that a row's tokens never depend on its neighbours."""
 
 from __future__ import annotations
 
 import torch
+
+_MASK = (1 << 31) - 1
+_MIX = 0x45D9F3B  # odd multiplier < 2**27: a 31-bit value times it stays inside int64
 
 
 def pick(logits: torch.Tensor, temperature: float, generator: torch.Generator | None):
@@ -12,3 +18,29 @@ def pick(logits: torch.Tensor, temperature: float, generator: torch.Generator | 
         return logits.argmax(-1, keepdim=True), None
     probs = torch.softmax(logits.double() / temperature, -1)
     return torch.multinomial(probs, 1, generator=generator), probs
+
+
+def pick_counted(logits: torch.Tensor, temperature: float, seed: torch.Tensor, count: torch.Tensor):
+    """As `pick`, with the draw a Gumbel-max over counter noise of (seed [1], count [1]) instead
+    of a generator: the same draw for the same (seed, count), no host state (the caller advances
+    `count`). argmax(logits / T + Gumbel) is distributed as softmax(logits / T)."""
+    if temperature == 0:
+        return logits.argmax(-1, keepdim=True), None
+    scaled = logits.double() / temperature
+    gumbel = -torch.log(-torch.log(counter_uniform(seed, count, logits.shape[-1])[0].double()))
+    return (scaled + gumbel).argmax(-1, keepdim=True), torch.softmax(scaled, -1)
+
+
+def counter_uniform(seed: torch.Tensor, pos: torch.Tensor, vocab: int) -> torch.Tensor:
+    """Uniforms in (0, 1), [B, vocab] fp32, a pure function of (seed [B], pos [B], column)."""
+    key = (seed.long() * 1_000_003 + pos.long() * 7_919) & _MASK
+    x = (key[:, None] + torch.arange(vocab, device=seed.device)[None] * 2_654_435) & _MASK
+    for _ in range(3):  # xor-shift-multiply rounds (a 31-bit integer hash)
+        x = ((x ^ (x >> 16)) * _MIX) & _MASK
+    return unit_interval(x ^ (x >> 16))
+
+
+def unit_interval(x: torch.Tensor) -> torch.Tensor:
+    """31-bit integers -> fp32 uniforms strictly inside (0, 1): the top 23 bits plus a half,
+    which fp32 holds exactly (u = 1.0 would make a Gumbel draw infinite)."""
+    return ((x >> 8).float() + 0.5) * (1.0 / (1 << 23))

@@ -1,6 +1,7 @@
 """The target runtime on this device, each figure beside the eager path and the memory floor.
 
-    python scripts/bench_runtime.py --out runtime.json [--quick] [--compile]
+    python scripts/bench_runtime.py --out runtime.json [--quick] [--compile] [--draft RUN]
+        [--regen]
 
 Measured in one run (bf16 on a GPU, fp32 on CPU; medians of timed repeats after warm-up):
 - floor: the target's weight bytes over this device's copy bandwidth (a device-to-device copy of
@@ -10,10 +11,19 @@ Measured in one run (bf16 on a GPU, fp32 on CPU; medians of timed repeats after 
   (transformers, DynamicCache, capture hooks) against the static engine (static KV cache, one CUDA
   graph per width; with --compile the static step is first compiled by torch.compile);
 - verify step ms at widths 1, 2, 4, 8, 16 (SmolLM2), both engines;
-- greedy decoding of GSM8K prompts with both engines in fp32: how many outputs are identical;
+- greedy decoding of GSM8K prompts in fp32, token for token against the eager engine's
+  target-only decoding: the static engine alone, and speculative decoding on it with random
+  DSpark, DFlash and EAGLE-3 drafts (their greedy proposals graphed on a GPU);
 - draft proposal ms (a random 2-layer DSpark draft) and speculative vs target-only tokens/s with
-  that draft (a random draft: tau near 1, so this measures the runtime's overhead, not a speedup).
-Regeneration throughput is not measured here yet (the runtime's batched regeneration is not built).
+  that draft (a random draft: tau near 1, so this measures the runtime's overhead, not a speedup);
+- `--draft RUN`: a trained draft (a checkpoint or run directory) with serving.evaluate's
+  measurement on --prompts GSM8K and MT-Bench items (both turns), greedy, and GSM8K at
+  temperature 1, fixed schedule, on the static runtime, and greedy on the eager engine for
+  --eager-prompts of the GSM8K items: tau, speculative and target-only tokens/s, speedup, draft
+  step;
+- `--regen`: regeneration samples/s and new tokens/s at the trainer's batch (scripts/bench_regen
+  with 256 sequences in flight, up to 256 new tokens): the `static` backend over
+  --regen-samples samples and the `hf` backend (HF generate) over --regen-eager-samples.
 """
 
 from __future__ import annotations
@@ -79,13 +89,14 @@ def llama_1b(device, dtype):
 def target_figures(name, model, layer_ids, args, device, widths) -> dict:
     vocab = model.config.vocab_size
     out = {"weight_bytes": weight_bytes(model)}
-    for label, engine in (
+    engines = [
         ("eager", EagerEngine(model, layer_ids)),
         (
             "static",
             StaticEngine(model, layer_ids, max_len=2048, widths=widths, compile_step=args.compile),
         ),
-    ):
+    ]
+    for label, engine in engines[args.skip_eager :]:
         out[label] = {
             str(w): step_ms(engine, w, args.context, vocab, args.repeats, device) for w in widths
         }
@@ -129,23 +140,110 @@ def profile_step(model, layer_ids, width, args, device) -> dict:
     }
 
 
-def identical_greedy(model_dir, layer_ids, prompts, tokens, device, draft_cfg) -> dict:
-    """fp32, token for token: static-engine greedy decoding against the eager engine's, and
-    speculative decoding with a random draft on the static engine (its greedy proposal graphed on
-    a GPU) against eager target-only decoding."""
-    model = load_causal_lm(model_dir, device, torch.float32)
+RANDOM_DRAFTS = {  # random drafts of each architecture (what the fp32 identity check runs)
+    "dspark": dict(num_layers=2, block_size=7, markov_rank=128),
+    "dflash": dict(arch="dflash", num_layers=2, block_size=7, sequential_head="none",
+                   confidence_head=False),
+    "eagle3": dict(arch="eagle3", num_layers=1, block_size=7, sequential_head="none",
+                   confidence_head=False),
+}  # fmt: skip
+
+
+def random_draft(arch, model_dir, config, layer_ids, device, dtype):
     torch.manual_seed(0)
-    head = load_frozen_head(model_dir, device, torch.float32)
-    draft = build_draft(draft_cfg, TargetSpec.from_hf_config(model.config), head).to(device)
-    plain = SpeculativeDecoder(model, None, runtime="static", max_len=1024)
-    spec = SpeculativeDecoder(model, draft, runtime="static", max_len=1024)
-    same = same_spec = 0
-    for ids in prompts:
-        a = SpeculativeDecoder(model, None, runtime="eager").generate(ids, tokens).token_ids
-        same += int(a == plain.generate(ids, tokens).token_ids)
-        same_spec += int(a == spec.generate(ids, tokens).token_ids)
-    n = len(prompts)
-    return {"static_vs_eager": f"{same}/{n}", "spec_static_vs_eager": f"{same_spec}/{n}"}
+    cfg = DraftConfig(**RANDOM_DRAFTS[arch], target_layer_ids=layer_ids, mask_token_id=16)
+    head = load_frozen_head(model_dir, device, dtype)
+    return build_draft(cfg, TargetSpec.from_hf_config(config), head).to(device=device, dtype=dtype)
+
+
+def identical_greedy(model_dir, layer_ids, prompts, tokens, device) -> dict:
+    """fp32, token for token against eager target-only decoding: static-engine greedy decoding,
+    and speculative decoding on the static engine with a random draft of each architecture (its
+    greedy proposal graphed on a GPU)."""
+    model = load_causal_lm(model_dir, device, torch.float32)
+    reference = [
+        SpeculativeDecoder(model, None, runtime="eager").generate(ids, tokens).token_ids
+        for ids in prompts
+    ]
+    decoders = {"static_vs_eager": SpeculativeDecoder(model, None, runtime="static", max_len=1024)}
+    for arch in RANDOM_DRAFTS:
+        draft = random_draft(arch, model_dir, model.config, layer_ids, device, torch.float32)
+        decoders[f"spec_{arch}_static_vs_eager"] = SpeculativeDecoder(
+            model, draft, runtime="static", max_len=1024
+        )
+    out = {}
+    for key, dec in decoders.items():
+        pairs = zip(prompts, reference, strict=True)
+        same = sum(dec.generate(ids, tokens).token_ids == ref for ids, ref in pairs)
+        out[key] = f"{same}/{len(prompts)}"
+    return out
+
+
+def trained_figures(report, args, device) -> None:
+    """serving.evaluate's measurement of a trained draft: static runtime on GSM8K and MT-Bench,
+    the eager engine on the first --eager-prompts GSM8K items."""
+    from types import SimpleNamespace
+
+    from serving.evaluate import run_bench
+    from serving.loading import load_decoder
+    from serving.scheduler import SchedulerConfig
+    from splitserve import checkpoint
+
+    ckpt = checkpoint.resolve(Path(args.draft))
+    bench_args = SimpleNamespace(max_new_tokens=args.draft_tokens, temperature=0.0, seed=0)
+    trained = {"checkpoint": str(ckpt)}
+    runs = (("static", ("gsm8k", "mtbench", "gsm8k_t1")), ("eager", ("gsm8k",)))
+    for runtime, benches in runs:
+        decoder, tok = load_decoder(ckpt, scheduler=SchedulerConfig("fixed"), runtime=runtime)
+        warm = prompt_ids(tok, [{"role": "user", "content": "Hello"}])
+        decoder.generate(warm, 16)  # graph capture, allocator warm-up
+        for bench in benches:
+            n = args.prompts if runtime == "static" else args.eager_prompts
+            bench_args.temperature = 1.0 if bench.endswith("_t1") else 0.0
+            items = load_bench(bench.removesuffix("_t1"), n)
+            fig = run_bench(decoder, tok, items, bench_args, f"{runtime} {bench}")
+            trained.setdefault(runtime, {})[bench] = fig
+            print(
+                f"trained draft, {runtime} {bench}: tau {fig['tau']:.3f}, speedup "
+                f"{fig['speedup']:.3f}, spec {fig['speculative']['tokens_per_s']:.1f} tok/s, "
+                f"target-only {fig['target_only']['tokens_per_s']:.1f} tok/s",
+                flush=True,
+            )
+        del decoder
+    report["trained_draft"] = trained
+    for bench in ("gsm8k", "mtbench"):
+        fig = trained["static"][bench]
+        report[f"tau_{bench}"] = fig["tau"]
+        report[f"spec_speedup_{bench}"] = fig["speedup"]
+        report[f"spec_speedup_over_tau_{bench}"] = fig["speedup"] / fig["tau"]
+    report["trained_draft_step_ms"] = trained["static"]["gsm8k"]["draft_step_ms"]
+    report.setdefault("eager", {})["spec_speedup_gsm8k"] = trained["eager"]["gsm8k"]["speedup"]
+    report["eager"]["tau_gsm8k"] = trained["eager"]["gsm8k"]["tau"]
+
+
+def regen_figures(report, args, device) -> None:
+    """Regeneration at the trainer's batch (scripts/bench_regen.run_backend)."""
+    from argparse import Namespace
+
+    from bench_regen import run_backend
+
+    from splitserve.data import DataConfig, PromptStream, SourceConfig, load_prompts
+
+    sources = [SourceConfig("gsm8k"), SourceConfig("sharegpt", limit=20_000, weight=1)]
+    stream = PromptStream(load_prompts(DataConfig(sources=sources, eval_prompts=0)).train, 0)
+    rows = {}
+    for name, n in (("static", args.regen_samples), ("hf", args.regen_eager_samples)):
+        regen_args = Namespace(
+            samples=n, slots=256, max_new_tokens=256, max_length=512, max_prompt_tokens=256,
+            layer_ids=[1, 15, 28],
+        )  # fmt: skip
+        rows[name], _ = run_backend(name, regen_args, [stream[g] for g in range(n)], device)
+        print(f"regeneration: {json.dumps(rows[name])}", flush=True)
+    report["regen"] = rows
+    report["regen_samples_per_s"] = rows["static"]["samples_per_s"]
+    report["regen_tokens_per_s"] = rows["static"]["new_tokens_per_s"]
+    report.setdefault("eager", {})["regen_samples_per_s"] = rows["hf"]["samples_per_s"]
+    report["eager"]["regen_tokens_per_s"] = rows["hf"]["new_tokens_per_s"]
 
 
 def main() -> int:
@@ -159,10 +257,21 @@ def main() -> int:
     ap.add_argument("--compile", action="store_true", help="torch.compile the static step first")
     ap.add_argument("--only-steps", action="store_true", help="the target step figures alone")
     ap.add_argument(
+        "--skip-eager",
+        action="store_true",
+        help="leave out the eager engine's target steps and random-draft decoding",
+    )
+    ap.add_argument(
         "--only-spec",
         action="store_true",
         help="the random-draft speculative figures and the fp32 identity check alone",
     )
+    ap.add_argument("--draft", help="a trained draft: checkpoint or run directory")
+    ap.add_argument("--draft-tokens", type=int, default=128, help="new tokens per trained turn")
+    ap.add_argument("--eager-prompts", type=int, default=5, help="GSM8K items on the eager engine")
+    ap.add_argument("--regen", action="store_true", help="also measure regeneration")
+    ap.add_argument("--regen-samples", type=int, default=1024)
+    ap.add_argument("--regen-eager-samples", type=int, default=256)
     ap.add_argument(
         "--profile",
         action="store_true",
@@ -171,7 +280,8 @@ def main() -> int:
     )
     args = ap.parse_args()
     if args.quick:
-        args.repeats, args.prompts, args.tokens = 5, 2, 16
+        args.repeats, args.prompts, args.tokens, args.draft_tokens = 5, 2, 16, 16
+        args.eager_prompts, args.regen_samples, args.regen_eager_samples = 1, 64, 16
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     report = {
@@ -198,6 +308,11 @@ def main() -> int:
         print(json.dumps({k: v for k, v in report.items() if not isinstance(v, dict)}, indent=1))
         return 0
     spec_figures(report, smol, smol_dir, layer_ids, args, device, dtype)
+    del smol
+    if args.draft:
+        trained_figures(report, args, device)
+    if args.regen:
+        regen_figures(report, args, device)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=1))
     print(json.dumps({k: v for k, v in report.items() if not isinstance(v, dict)}, indent=1))
@@ -210,10 +325,11 @@ def target_step_figures(report, smol, layer_ids, args, device, widths, bandwidth
     report["smol_target_step_ms"] = smol_fig["static"]["1"]
     report["smol_tokens_per_s"] = 1000 / smol_fig["static"]["1"]
     report["verify_ms_by_width"] = smol_fig["static"]
-    report["eager"] = {
-        "smol_target_step_ms": smol_fig["eager"]["1"],
-        "verify_ms_by_width": smol_fig["eager"],
-    }
+    if not args.skip_eager:
+        report["eager"] = {
+            "smol_target_step_ms": smol_fig["eager"]["1"],
+            "verify_ms_by_width": smol_fig["eager"],
+        }
 
     if args.profile and device.type == "cuda":
         report["profile"] = {str(w): profile_step(smol, layer_ids, w, args, device) for w in (1, 8)}
@@ -223,26 +339,21 @@ def target_step_figures(report, smol, layer_ids, args, device, widths, bandwidth
     big_fig = target_figures("llama-1b", big, [1, 7, 13], args, device, [1])
     report["llama1b_floor_ms"] = 1000 * big_fig["weight_bytes"] / bandwidth
     report["llama1b_target_step_ms"] = big_fig["static"]["1"]
-    report["eager"]["llama1b_target_step_ms"] = big_fig["eager"]["1"]
+    if not args.skip_eager:
+        report["eager"]["llama1b_target_step_ms"] = big_fig["eager"]["1"]
     report["llama1b_weight_bytes"] = big_fig["weight_bytes"]
     del big
 
 
 def spec_figures(report, smol, smol_dir, layer_ids, args, device, dtype) -> None:
     """Speculative vs target-only decoding with a random draft, per engine; on the static engine
-    the greedy proposal is graphed (GraphedGreedyProposal) and its outputs must equal target-only
+    the proposal is graphed (GraphedProposal) and its greedy outputs must equal target-only
     decoding's on the same engine where the verify widths round alike (checked in fp32 below)."""
     items = load_bench("gsm8k", args.prompts)
     tok = __import__("transformers").AutoTokenizer.from_pretrained(smol_dir)
     prompts = [prompt_ids(tok, [{"role": "user", "content": item[0]}]) for item in items]
-    torch.manual_seed(0)
-    draft_cfg = DraftConfig(
-        num_layers=2, block_size=7, markov_rank=128, target_layer_ids=layer_ids, mask_token_id=16
-    )
-    draft = build_draft(
-        draft_cfg, TargetSpec.from_hf_config(smol.config), load_frozen_head(smol_dir, device, dtype)
-    ).to(device=device, dtype=dtype)
-    for label in ("eager", "static"):
+    draft = random_draft("dspark", smol_dir, smol.config, layer_ids, device, dtype)
+    for label in ("eager", "static")[args.skip_eager :]:
         spec = SpeculativeDecoder(smol, draft, runtime=label, max_len=2048)
         base = SpeculativeDecoder(smol, None, runtime=label, max_len=2048)
         figures = {}
@@ -267,10 +378,11 @@ def spec_figures(report, smol, smol_dir, layer_ids, args, device, dtype) -> None
         report.setdefault("random_draft", {})[label] = figures
         print(f"random draft, {label}: {json.dumps(figures)}", flush=True)
     report["draft_step_ms"] = report["random_draft"]["static"]["draft_step_ms"]
-    report["fp32_identical"] = identical_greedy(
-        smol_dir, layer_ids, prompts, args.tokens, device, draft_cfg
+    report["fp32_identical_detail"] = identical_greedy(
+        smol_dir, layer_ids, prompts, args.tokens, device
     )
-    print(f"fp32 greedy identical: {report['fp32_identical']}", flush=True)
+    report["fp32_identical"] = report["fp32_identical_detail"]["static_vs_eager"]
+    print(f"fp32 greedy identical: {report['fp32_identical_detail']}", flush=True)
 
 
 if __name__ == "__main__":

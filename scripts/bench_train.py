@@ -81,13 +81,32 @@ def steady_trainer_step(records: list[dict]) -> dict:
     }
 
 
-def measure(overrides: list[str]) -> dict:
-    """One real training job; its throughput and wait figures."""
+def first_steps(records: list[dict], n: int = 50) -> dict:
+    """The first n steps: the slowest, the slowest after the first, and compilation inside them
+    (what a bound on early step times must hold against)."""
+    head = records[:n]
+    if not head:
+        return {}
+    later = head[1:] or head
+    return {
+        "steps": len(head),
+        "first_step_s": head[0]["step_s"],
+        "max_step_s": max(r["step_s"] for r in head),
+        "max_step_s_after_first": max(r["step_s"] for r in later),
+        "median_step_s": statistics.median(r["step_s"] for r in head),
+        "compile_s": sum(r.get("compile_s", 0.0) for r in head),
+        "steps_that_compiled": [r["step"] for r in head if r.get("compile_s", 0.0) > 0.05],
+    }
+
+
+def measure(overrides: list[str], keep_run: Path | None = None) -> dict:
+    """One real training job; its throughput and wait figures. `keep_run`: run in that directory
+    (kept, with its checkpoints) instead of a temporary one."""
     overrides = [*BASE, *overrides]
     with initialize_config_dir(str(ROOT / "conf"), version_base="1.3"):
         node = compose("config", overrides=overrides)
     with tempfile.TemporaryDirectory() as tmp:
-        run_dir = Path(tmp) / "run"
+        run_dir = keep_run or Path(tmp) / "run"
         summary = run(node, run_dir)
         stats = {p.stem: json.loads(p.read_text()) for p in (run_dir / "stats").glob("*.json")}
         records = [
@@ -111,10 +130,16 @@ def measure(overrides: list[str]) -> dict:
             "tokens_per_sample": target["tokens"] / max(target["samples"], 1) if target else None,
             **steady_trainer_step(records),
         },
+        "first_steps": first_steps(records),
         "per_step": [
-            {"step_s": round(r["step_s"], 4), "data_wait_frac": round(r["data_wait_frac"], 4)}
+            {
+                "step_s": round(r["step_s"], 4),
+                "data_wait_frac": round(r["data_wait_frac"], 4),
+                "compile_s": round(r.get("compile_s", 0.0), 4),
+            }
             for r in records
         ],
+        "eval_sim_tau": [r["eval_sim_tau"] for r in records if "eval_sim_tau" in r],
         "target_send_s": sum(s.get("send_s", 0.0) for s in targets),
         "first_loss": summary["first_loss"],
         "last_loss": summary["last_loss"],
@@ -262,8 +287,15 @@ def main() -> None:
         default=None,
         help="largest T+G run as it is (default: the visible GPUs; no limit on CPU)",
     )
+    ap.add_argument(
+        "--keep-run",
+        type=Path,
+        help="one job (no --splits): run it in this directory and keep it (checkpoints included)",
+    )
     ap.add_argument("overrides", nargs="*", help="Hydra overrides, as for splitserve.train")
     args = ap.parse_args()
+    if args.keep_run and args.splits:
+        ap.error("--keep-run keeps one job's run directory; --splits runs several")
     out = Path(args.out)
     partial = out.with_name(out.name + ".partial")
     if args.splits:
@@ -285,7 +317,7 @@ def main() -> None:
             ),
         }
     else:
-        report = {**machine(), **measure(args.overrides)}
+        report = {**machine(), **measure(args.overrides, args.keep_run)}
     out.write_text(json.dumps(report, indent=1))
     partial.unlink(missing_ok=True)
     print(json.dumps(report if not args.splits else report["best"], indent=1))

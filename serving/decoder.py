@@ -14,14 +14,17 @@ norm(max(0, p - q)), the bonus from p, which leaves the target's distribution ex
 
 The target runs in an engine (splitserve.target.runtime): eager (transformers with a cropped
 DynamicCache; linear-attention (KDA) layers stage each verified position's state and commit the
-accepted one) or static (a static KV cache with one CUDA graph per verify width on a GPU). Beside
-a graphed target, a proposer with static state (DSpark, DFlash) is kept across requests and its
-greedy proposal replays one CUDA graph (GraphedGreedyProposal; not yet run on a GPU).
+accepted one) or static (a static KV cache with one CUDA graph per verify width and cache-length
+bucket on a GPU). Beside a graphed target, a proposer with static state (DSpark, DFlash,
+EAGLE-3) is kept across requests and its proposal replays one CUDA graph per temperature
+(GraphedProposal); its sampling draws counter noise of the request's seed, so a graph replays it
+too.
 Step shape: the draft always proposes gamma tokens; the verify input is padded to one of
 `verify_widths` (padding = the remaining draft tokens, masked out of acceptance and forgotten);
 the schedule, the acceptance count and the bonus token stay device tensors. With a single verify
-width the only host read of a step is the emitted tokens; with several widths the decoder reads
-the scheduled length once to pick the width, as a graph-bucket choice must.
+width or the fixed schedule the only host read of a step is the emitted tokens; a confidence
+schedule with several widths reads the scheduled length once to pick the width, as a
+graph-bucket choice must.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from draft_models import get_arch, pick
 from splitserve.target.runtime import make_engine
 from splitserve.target.runtime.graphs import capture
 
-from .scheduler import SchedulerConfig, single_request_length
+from .scheduler import SchedulerConfig, fixed_length, single_request_length
 
 
 @dataclass
@@ -102,24 +105,27 @@ def make_proposer(draft, gamma: int, sts: torch.Tensor, capacity: int):
     return cls(draft, gamma, sts)
 
 
-class GraphedGreedyProposal:
-    """A static-state proposer's greedy proposal as one CUDA-graph replay: captured on first use
-    over the proposer's own input buffers and context buffers, which later requests reuse."""
+class GraphedProposal:
+    """A static-state proposer's proposal as one CUDA-graph replay per temperature: captured on
+    first use over the proposer's own input, context and counter buffers, which later requests
+    reuse. The capture's warm-up runs advance the draw counter; it is put back, so the first
+    replay draws what an eager proposal would."""
 
     def __init__(self, proposer) -> None:
-        self.proposer, self.graph, self.outputs = proposer, None, None
+        self.proposer, self.graphs = proposer, {}
 
-    def __call__(self, anchor: torch.Tensor, pos: int, temperature: float, generator):
+    def __call__(self, anchor: torch.Tensor, pos: int, temperature: float, generator=None):
         p = self.proposer
-        if temperature > 0:  # sampling draws from a torch generator: run eagerly
-            return p.propose(anchor, pos, temperature, generator)
         p.anchor_in.copy_(anchor)
         p.pos_in.fill_(pos)
-        if self.graph is None:
-            self.graph, self.outputs = capture(p.greedy_step, p.anchor_in.device)
-        self.graph.replay()
-        tokens, survival, p.confidence_logits = self.outputs
-        return tokens, None, survival
+        if temperature not in self.graphs:
+            draws = p.draws.clone()
+            self.graphs[temperature] = capture(lambda: p.step(temperature), p.anchor_in.device)
+            p.draws.copy_(draws)
+        graph, outputs = self.graphs[temperature]
+        graph.replay()
+        tokens, dists, survival, p.confidence_logits = outputs
+        return tokens, dists, survival
 
 
 class SpeculativeDecoder:
@@ -190,10 +196,16 @@ class SpeculativeDecoder:
         # with a graphed target the proposer is kept across requests and, greedy, graphed too
         self.kept_proposer = self.graphed_proposal = None
 
-    def _width_for(self, n_verify: torch.Tensor) -> int:
+    def _width_for(self, n_verify: torch.Tensor, budget: int) -> int:
+        """The verify width of a step: the smallest tier holding anchor + scheduled drafts. A
+        fixed schedule's length is known on the host; a confidence schedule's is read from the
+        device (the one host read a multi-width step makes, before the verify is launched)."""
         if len(self.verify_widths) == 1:
             return self.verify_widths[0]
-        need = int(n_verify) + 1  # the one host read a multi-width (bucketed) step makes
+        if self.scheduler.mode == "fixed":
+            need = min(fixed_length(self.scheduler, self.gamma), budget) + 1
+        else:
+            need = int(n_verify) + 1
         return next(w for w in self.verify_widths if w >= need)
 
     @torch.no_grad()
@@ -229,7 +241,9 @@ class SpeculativeDecoder:
         anchor, _ = pick(logits[-1], temperature, generator)
         proposer = propose = None
         if self.draft is not None:
-            proposer, propose = self._proposer(len(prompt_ids) + max_new_tokens + self.gamma + 1)
+            proposer, propose = self._proposer(
+                len(prompt_ids) + max_new_tokens + self.gamma + 1, seed
+            )
             propose = propose or proposer.propose
             proposer.commit(feats, prompt, 0)
         out = DecodeResult(token_ids=[int(anchor)])
@@ -247,7 +261,7 @@ class SpeculativeDecoder:
                     None,
                     torch.zeros((), dtype=torch.long, device=self.device),
                 )
-            width = self._width_for(n_verify) if proposer is not None else 1
+            width = self._width_for(n_verify, budget) if proposer is not None else 1
             logits, feats = engine.forward(torch.cat((anchor, drafts[: width - 1])), pos)
             accepted, tokens = accept_block(
                 drafts[: width - 1],
@@ -281,20 +295,24 @@ class SpeculativeDecoder:
         out.token_ids = out.token_ids[:max_new_tokens]
         return out
 
-    def _proposer(self, need: int):
-        """(proposer, graphed greedy proposal or None) for a request of `need` positions. With
-        CUDA graphs (the static engine on a GPU) a static-state proposer is kept, reset per
-        request, and its greedy proposal graphed; else a fresh one per request, sized to it."""
+    def _proposer(self, need: int, seed: int = 0):
+        """(proposer, graphed proposal or None) for a request of `need` positions, its draws
+        seeded by `seed`. With CUDA graphs (the static engine on a GPU) a static-state proposer
+        is kept, reset per request, and its proposal graphed; else a fresh one per request,
+        sized to it."""
         graphs = getattr(self.engine, "graphs", False)
         kept = self.kept_proposer
         if graphs and kept is not None and kept.capacity >= need:
-            kept.reset()
+            kept.reset(seed)
             return kept, self.graphed_proposal
         capacity = max(need, self.max_len) if graphs else need
         proposer = make_proposer(self.draft, self.gamma, self.sts, capacity)
-        if graphs and getattr(proposer, "static_state", False):
+        if not getattr(proposer, "static_state", False):
+            return proposer, None
+        proposer.reset(seed)
+        if graphs:
             self.kept_proposer = proposer
-            self.graphed_proposal = GraphedGreedyProposal(proposer)
+            self.graphed_proposal = GraphedProposal(proposer)
             return proposer, self.graphed_proposal
         return proposer, None
 

@@ -84,6 +84,11 @@ def schedule(
     return prefix_schedule(survival, sps)
 
 
+def fixed_length(cfg: SchedulerConfig, gamma: int) -> int:
+    """Drafts a fixed schedule verifies per step (known on the host: no device read)."""
+    return gamma if cfg.length is None else cfg.length
+
+
 def single_request_length(
     survival: torch.Tensor, cfg: SchedulerConfig, sps_by_width: torch.Tensor | None
 ) -> torch.Tensor:
@@ -94,7 +99,7 @@ def single_request_length(
     gamma = survival.shape[0]
     if cfg.mode == "fixed":
         # a fill on the device, not a host-to-device copy (which would wait for the device)
-        return survival.new_full((), gamma if cfg.length is None else cfg.length, dtype=torch.long)
+        return survival.new_full((), fixed_length(cfg, gamma), dtype=torch.long)
     if cfg.mode == "threshold":
         return torch.cumprod((survival >= cfg.threshold).long(), 0).sum()
     if sps_by_width is None:

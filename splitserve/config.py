@@ -28,7 +28,9 @@ class SplitConfig:
     target_procs: int | None = None
     trainer_procs: int | None = None
     colocated: bool = False  # one process runs target and trainer (the single-process reference)
-    window: int = 4  # samples in flight per target->trainer route (back-pressure bound)
+    # samples in flight per target->trainer route (the back-pressure bound); null: two
+    # optimizer steps' worth of one trainer's samples (in_flight), at least 4
+    window: int | None = None
     device: str = "auto"  # auto | cpu | cuda
     master_port: int = (
         0  # 0: pick free ports; else the data-plane store uses +1 and the trainer world +2
@@ -69,6 +71,8 @@ class LogConfig:
     wandb_mode: str = "offline"  # offline | online | disabled
     wandb_project: str = "splitserve"
     progress: bool = True
+    # a worker in one phase this long prints what it waits on (data, compilation, credit); 0: off
+    wait_notice_s: float = 30.0
 
 
 @dataclass
@@ -127,11 +131,22 @@ class RunConfig:
                 "0, 1, 2 (ZeRO-3 shards the "
                 "sequential head's W2, which the chunked loss reads whole)",
             )
-        if self.split.window < 1:
-            raise bad("split.window", self.split.window, "an integer >= 1")
+        if self.split.window is not None and self.split.window < 1:
+            raise bad("split.window", self.split.window, "null or an integer >= 1")
+        if self.log.wait_notice_s < 0:
+            raise bad("log.wait_notice_s", self.log.wait_notice_s, "a number >= 0 (0: off)")
         if self.log.wandb_mode not in ("offline", "online", "disabled"):
             raise bad("log.wandb_mode", self.log.wandb_mode, "offline, online, disabled")
         self.draft._validate_choices()
+
+
+def in_flight(cfg: RunConfig) -> int:
+    """Samples in flight per route: split.window, or two steps of one trainer's samples. Fewer
+    than a step's worth stalls both sides: the target stops for credit while the trainer
+    computes, then the trainer waits while the target makes the rest of its step."""
+    if cfg.split.window is not None:
+        return cfg.split.window
+    return max(4, 2 * cfg.train.micro_batch * cfg.train.grad_accum)
 
 
 def import_plugins(names: list[str]) -> None:

@@ -26,6 +26,7 @@ from draft_models import DraftConfig
 from . import checkpoint as ckpt
 from .config import RunConfig, load_run_config
 from .data import load_prompts
+from .target.backends import backend_class
 from .target.models import check_tokenizer, load_target_spec, prepare_target_dir
 from .topology import Topology
 
@@ -57,13 +58,17 @@ def build_topology(cfg: RunConfig, device: str) -> Topology:
     if cfg.split.colocated:
         targets = trainers = 1
     elif device == "cuda":
-        # Unset counts: one trainer, every other GPU a target. Measured on H200s
-        # (docs/bench/splits.md)
-        # one trainer GPU outpaces dozens of HF target GPUs, so targets are where GPUs pay off.
+        # Unset counts: the backend's measured share of the GPUs for targets (docs/bench/
+        # splits.md), or, for a backend far slower than a trainer (hf: one trainer GPU outpaces
+        # dozens of its targets), every GPU but one trainer's.
         n = torch.cuda.device_count()
         targets, trainers = cfg.split.target_procs, cfg.split.trainer_procs
+        share = backend_class(cfg.target.backend).target_share
         if not trainers:
-            trainers = max(1, n - targets) if targets else 1
+            if targets:
+                trainers = max(1, n - targets)
+            else:
+                trainers = 1 if share is None else max(1, n - max(1, round(n * share)))
         targets = targets or max(1, n - trainers)
     else:
         targets, trainers = cfg.split.target_procs or 1, cfg.split.trainer_procs or 1

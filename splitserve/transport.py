@@ -177,9 +177,12 @@ def serve_samples(
     route: Callable[[int], int],
     produce: Callable[[int], SequenceSample],
     on_sent: Callable[[int, SequenceSample], None] | None = None,
+    watch=None,
 ) -> dict:
     """A target worker's loop: produce each sample, wait for a credit from its trainer, send.
-    busy = producing (synchronised on a GPU, so it is the GPU's time too), credit wait = idle."""
+    busy = producing (synchronised on a GPU, so it is the GPU's time too), credit wait = idle.
+    `watch` (a splitserve.waits.WaitWatch) is told each phase."""
+    phase = watch.phase if watch is not None else lambda *a: None
     busy = wait = send = 0.0
     tokens = 0
     sent: list[int] = []
@@ -188,12 +191,14 @@ def serve_samples(
     pending: list = []  # NCCL sends not yet matched by the trainer's receives
     for g in sample_ids:
         t0 = time.perf_counter()
+        phase("produce", f"sample {g}")
         sample = produce(g)
         # the compute stream only: the NCCL sends in flight are the trainer's pace
         if sample.aux_hidden.is_cuda:
             torch.cuda.current_stream(sample.aux_hidden.device).synchronize()
         t1 = time.perf_counter()
         dst = route(g)
+        phase("credit", f"to send sample {g} to link rank {dst}")
         wait_credit(link, dst)
         t2 = time.perf_counter()
         busy += t1 - t0
@@ -207,6 +212,7 @@ def serve_samples(
         if on_sent is not None:
             on_sent(g, sample)
     t3 = time.perf_counter()
+    phase("")
     for w in pending:
         w.wait()
     if link.device.type == "cuda":

@@ -21,13 +21,14 @@ import torch
 import torch.distributed as dist
 
 from . import checkpoint as ckpt
-from .config import RunConfig, import_plugins
+from .config import RunConfig, import_plugins, in_flight
 from .data import Conversation, PromptStream
 from .target.backends import TargetBackend, TargetSetup, make_backend
 from .target.models import load_frozen_head, load_target_spec
 from .topology import Topology
 from .trainer import DraftTrainer
 from .transport import Link, SampleReceiver, serve_samples
+from .waits import WaitWatch, compile_seconds
 
 TIMEOUT = datetime.timedelta(minutes=30)
 
@@ -129,15 +130,25 @@ def _write_json(path: Path, data: dict) -> None:
 
 
 class BatchedProducer:
-    """produce(g) for a worker that makes samples a window at a time: the windows are fixed
-    slices of its whole sample list (from step 0), so resuming at any step regenerates the same
-    windows (whole, for the same seeds and schedule) and keeps only the samples still `needed`.
-    A window's samples arrive from `produce_stream(members)` as the backend finishes them; g is
-    returned as soon as it has arrived, the others wait in `ready`."""
+    """produce(g) for a worker whose backend makes samples many at a time.
 
-    def __init__(self, produce_stream, order: list[int], needed: set[int], size: int) -> None:
-        self.produce_stream, self.size, self.needed = produce_stream, size, needed
-        self.order = order
+    Windowed (`size` > 0): the windows are fixed slices of the worker's whole sample list (from
+    step 0), so resuming at any step regenerates the same windows (whole, for the same seeds and
+    schedule) and keeps only the samples still `needed`. `size` 0 (a batch-invariant backend):
+    one stream over the needed samples alone, their conversations read lazily, so the backend
+    never drains at a window's end. Samples arrive from `produce_stream(members, conversations)`
+    as the backend finishes them; g is returned as soon as it has arrived, the others wait in
+    `ready`."""
+
+    def __init__(
+        self, produce_stream, conversation, order: list[int], needed: set[int], size: int
+    ) -> None:
+        self.produce_stream, self.conversation, self.needed = produce_stream, conversation, needed
+        self.lazy = size == 0
+        if self.lazy:
+            order = [g for g in order if g in needed]
+            size = max(1, len(order))
+        self.order, self.size = order, size
         self.position = {g: i for i, g in enumerate(order)}
         self.ready: dict[int, object] = {}
         self.window = -1
@@ -150,7 +161,10 @@ class BatchedProducer:
             # a later window: what is left of this one is not needed (samples are taken in order)
             self.window = k
             self.members = self.order[k * self.size : (k + 1) * self.size]
-            self.stream = self.produce_stream(self.members)
+            conversations = (self.conversation(m) for m in self.members)
+            self.stream = self.produce_stream(
+                self.members, conversations if self.lazy else list(conversations)
+            )
         while g not in self.ready:
             i, sample = next(self.stream)
             if self.members[i] in self.needed:
@@ -167,16 +181,22 @@ def target_main(index: int, ctx: RunContext) -> None:
     t = ctx.topology
     ids = list(t.target_samples(index, ctx.start_step, ctx.cfg.train.steps))
     produce = lambda g: target.produce(g, ctx.conversation(g))  # noqa: E731
-    if target.window > 1:
+    window = target.window
+    if window == 0 and not target.batch_invariant:
+        raise ValueError(f"target.backend={ctx.cfg.target.backend} has no single-stream mode")
+    if window != 1:
         everything = list(t.target_samples(index, 0, ctx.cfg.train.steps))
         produce = BatchedProducer(
-            lambda gs: target.produce_stream(gs, [ctx.conversation(g) for g in gs]),
-            everything,
-            set(ids),
-            target.window,
+            target.produce_stream, ctx.conversation, everything, set(ids), window
         )
     start = time.perf_counter()
-    stats = serve_samples(link, ids, lambda g: t.num_targets + t.route(g)[1], produce)
+    watch = WaitWatch(f"target {index}", ctx.cfg.log.wait_notice_s)
+    try:
+        stats = serve_samples(
+            link, ids, lambda g: t.num_targets + t.route(g)[1], produce, watch=watch
+        )
+    finally:
+        watch.close()
     stats["wall_s"] = time.perf_counter() - start
     _write_json(Path(ctx.run_dir) / "stats" / f"target{index}.json", stats)
 
@@ -366,6 +386,7 @@ def train_loop(
             trainer.device,
         )
     b = cfg.micro_batch * cfg.grad_accum
+    watch = WaitWatch(f"trainer {rank}", ctx.cfg.log.wait_notice_s)
     totals = {
         "wait_s": 0.0,
         "compute_s": 0.0,
@@ -376,12 +397,16 @@ def train_loop(
     try:
         for step in range(ctx.start_step, cfg.steps):
             t0 = time.perf_counter()
+            watch.phase("data", f"{b} samples for step {step + 1}")
             got = [next_sample() for _ in range(b)]
             t1 = time.perf_counter()
+            watch.phase("step", f"step {step + 1}")
+            compiled = compile_seconds()
             ids = [g for g, _ in got]
             samples = [s.to_device(trainer.device) for _, s in got]
             metrics = trainer.train_step(samples, ids)
             t2 = time.perf_counter()
+            compiled = compile_seconds() - compiled
             totals["wait_s"] += t1 - t0
             totals["compute_s"] += t2 - t1
             totals["samples"] += b
@@ -411,12 +436,15 @@ def train_loop(
                 "c_star_rank0": metrics["c_star"],
                 "top1_rank0": metrics["top1"],
                 "step_s": t2 - t0,
+                # torch.compile time inside this step (part of step_s; 0 once shapes settle)
+                "compile_s": compiled,
                 "data_wait_frac": (t1 - t0) / max(t2 - t0, 1e-9),
                 "tokens_per_s": metrics["tokens"] * t.num_trainers / max(t2 - t0, 1e-9),
                 "target_util": target_util(),
             }
             want_eval = (cfg.eval_every and done % cfg.eval_every == 0) or done == cfg.steps
             if want_eval and t.num_eval:
+                watch.phase("evaluation", f"after step {done}")
                 ev = trainer.evaluate(
                     [s.to_device(trainer.device) for _, s in eval_set], [g for g, _ in eval_set]
                 )
@@ -430,8 +458,10 @@ def train_loop(
                 log.write(record)
                 log.progress(record)
             if cfg.checkpoint_every and (done % cfg.checkpoint_every == 0 or done == cfg.steps):
+                watch.phase("checkpoint", f"step {done}")
                 _save_checkpoint(trainer, ctx, done, rank)
     finally:
+        watch.close()
         if log is not None:
             log.close()
     totals["wall_s"] = totals["wait_s"] + totals["compute_s"]
@@ -467,7 +497,7 @@ def trainer_main(rank: int, ctx: RunContext) -> None:
     plan = [
         (g, t.route(g)[0]) for g in t.trainer_samples(rank, ctx.start_step, ctx.cfg.train.steps)
     ]
-    receiver = SampleReceiver(link, plan, ctx.cfg.split.window)
+    receiver = SampleReceiver(link, plan, in_flight(ctx.cfg))
 
     def target_util():
         busy = [receiver.target_stats.get(src, (0.0, 0.0)) for src in t.sources(rank)]

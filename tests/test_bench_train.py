@@ -49,6 +49,9 @@ def test_split_comparison_measures_what_fits_and_projects_the_rest(tmp_path):
     for row in report["splits"]:
         job, p = row["job"], row["projected"]
         assert job["steps"] == 4 and job["trainer"]["samples"] == 4 * row["micro_batch"]
+        first = job["first_steps"]  # the early-step figures a stall bound is checked against
+        assert first["steps"] == 4 and first["max_step_s"] >= first["median_step_s"] > 0
+        assert first["compile_s"] >= 0 and len(job["per_step"]) == 4
         assert (
             job["steady"]["target_samples_per_s_per_worker"] > 0 and job["steady"]["compute_s"] > 0
         )
@@ -71,6 +74,7 @@ def test_bad_split_arguments_are_refused_before_any_job(tmp_path):
     for args, message in (
         (["--splits", "4x4"], "not TARGETS+TRAINERS"),
         (["--splits", "1+3", "--global-batch", "4"], "not divisible by the 3 trainers"),
+        (["--splits", "1+1", "--keep-run", "r"], "--keep-run keeps one job's run directory"),
     ):
         proc = subprocess.run(
             [*SCRIPT, "--out", str(out), *args],

@@ -198,6 +198,22 @@ def test_fixed_shape_steps_are_still_lossless():
     assert set(res.widths) == {5} and min(res.verified) < 4  # padded steps did occur
 
 
+def test_fixed_schedule_picks_its_width_on_the_host():
+    """A fixed schedule with several verify tiers: each step's width is the smallest tier holding
+    min(gamma, tokens still wanted) + 1, chosen without reading the device; still lossless."""
+    target = tiny_target()
+    dec = SpeculativeDecoder(target, draft_for(target), verify_widths=[1, 3, 5])
+    prompt = [2, 7, 1, 8, 28]
+    res = dec.generate(prompt, 23)
+    assert res.token_ids == reference_greedy(target, prompt, 23)
+    have, expected = 1, []
+    for emitted in res.accept_lengths:
+        need = min(4, 23 - have) + 1
+        expected.append(next(w for w in (1, 3, 5) if w >= need))
+        have += emitted
+    assert res.widths == expected and expected[-1] < 5  # the last steps used smaller tiers
+
+
 def test_eagle3_chain_reads_committed_context_only(monkeypatch):
     """After a decode with rejections, the chain's cache equals one built from the committed text
     alone, in one piece or in two: no trace of rejected drafts, and commits compose."""
@@ -209,7 +225,7 @@ def test_eagle3_chain_reads_committed_context_only(monkeypatch):
     made = []
     monkeypatch.setattr(
         "serving.decoder.make_proposer",
-        lambda *a: made.append(Eagle3Proposer(draft, 4)) or made[-1],
+        lambda *a: made.append(Eagle3Proposer(draft, 4, None, 64)) or made[-1],
     )
     dec = SpeculativeDecoder(target, draft)
     res = dec.generate(prompt, 12)
@@ -219,14 +235,65 @@ def test_eagle3_chain_reads_committed_context_only(monkeypatch):
     with torch.no_grad():
         dec.engine.begin(64)
         _, feats = dec.engine.forward(committed, 0)
-        whole, pieces = Eagle3Proposer(draft, 4), Eagle3Proposer(draft, 4)
+        whole, pieces = Eagle3Proposer(draft, 4, None, 64), Eagle3Proposer(draft, 4, None, 64)
         whole.commit(feats, committed, 0)
         pieces.commit(feats[:8], committed[:8], 0)
         pieces.commit(feats[8:], committed[8:], 8)
         a = whole.propose(anchor, len(committed), 0.0, None)[0]
         b = pieces.propose(anchor, len(committed), 0.0, None)[0]
-    assert torch.allclose(made[0].keys, whole.keys) and torch.allclose(pieces.keys, whole.keys)
+    n = len(committed)
+    assert torch.allclose(made[0].keys[:n], whole.keys[:n])
+    assert torch.allclose(pieces.keys[:n], whole.keys[:n])
     assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("window", [None, 5])
+def test_eagle3_static_chain_equals_the_training_chain(window):
+    """The static-buffer chain (what the decoder graphs) proposes what the training-time chain
+    step (`Eagle3Draft.step`, growing its keys) gives over the same committed context, for a
+    proposer reused after a longer request (stale keys in its buffers), with and without a
+    sliding window."""
+    from draft_models import Eagle3Proposer
+    from draft_models.packed_attention import TokenIndex
+
+    target = tiny_target()
+    draft = draft_for(target, sliding_window=window, **DRAFT_KINDS["eagle3"])
+    engine = SpeculativeDecoder(target, draft).engine
+
+    def feats_of(ids):
+        engine.begin(64)
+        return engine.forward(torch.tensor(ids), 0)[1]
+
+    def training_chain(feats, tokens, anchor):
+        g = draft.fuse_context(feats)
+        g_prev = torch.cat((g.new_zeros(1, g.shape[1]), g[:-1]))
+        n = len(tokens)
+        keys, values = draft.self_attn.kv(draft._layer_input(tokens, g_prev), torch.arange(n))
+        k_index, feature, token, out = TokenIndex.context(n, "cpu"), g[-1:], anchor, []
+        for k in range(4):
+            q_index = TokenIndex.single_block(n, 1, "cpu", first_slot=k)
+            feature, h, keys, values = draft.step(
+                token, feature, q_index, keys, values, k_index, backend="dense"
+            )
+            k_index = k_index.cat(q_index)
+            token = draft.target_head.logits(h)[0].argmax(-1, keepdim=True)
+            out.append(token)
+        return torch.cat(out)
+
+    kept = Eagle3Proposer(draft, 4, None, 64)
+    with torch.no_grad():
+        long = list(range(5, 45))
+        kept.commit(feats_of(long), torch.tensor(long), 0)
+        kept.propose(torch.tensor([9]), len(long), 0.0, None)
+        for prompt in ([7, 1, 9, 4, 12, 30], [3, 3, 8, 1, 50, 2, 61, 17, 5]):
+            kept.reset()
+            f, ids = feats_of(prompt), torch.tensor(prompt)
+            kept.commit(f, ids, 0)
+            for anchor in (2, 40, 77):
+                a = torch.tensor([anchor])
+                assert torch.equal(
+                    kept.propose(a, len(prompt), 0.0, None)[0], training_chain(f, ids, a)
+                )
 
 
 def test_single_request_schedule_on_device_equals_algorithm_1():

@@ -67,6 +67,28 @@ def test_rows_at_different_lengths_step_together():
         torch.testing.assert_close(logits[1, 0], model(b[None]).logits[0, -1])
 
 
+def test_engine_attends_over_the_bucket_that_holds_its_positions():
+    """A step attends over the smallest cache-length bucket that holds its positions: outputs
+    equal the whole-cache engine's while the prompt and the verify blocks cross bucket borders,
+    and positions past the cache are refused."""
+    from splitserve.target.runtime.engines import extent_buckets
+
+    assert extent_buckets(4096) == [256, 512, 1024, 2048, 4096]
+    assert extent_buckets(300) == [256, 300]
+    model = tiny(num_hidden_layers=2)
+    bucketed = StaticEngine(model, [0, 1], max_len=24, widths=[1, 3], buckets=[4, 8, 16, 24])
+    whole = StaticEngine(model, [0, 1], max_len=24, widths=[1, 3], buckets=[24])
+    seq = torch.randint(0, 100, (23,), generator=torch.Generator().manual_seed(3))
+    for start, end in ((0, 3), (3, 6), (6, 9), (9, 10), (10, 13), (13, 20), (20, 23)):
+        a, b = bucketed.forward(seq[start:end], start), whole.forward(seq[start:end], start)
+        torch.testing.assert_close(a[0], b[0])
+        torch.testing.assert_close(a[1], b[1])
+    with pytest.raises(ValueError, match="positions up to 24; the static cache holds 24"):
+        bucketed.forward(seq[:2], 23)
+    with pytest.raises(ValueError, match=r"buckets \[8, 16\] must be >= 1 and end at max_len=24"):
+        StaticEngine(model, [0], max_len=24, buckets=[16, 8])
+
+
 def test_engine_choice():
     model = tiny()
     assert isinstance(make_engine(model, [1], "auto"), EagerEngine)  # CPU: eager unless asked
@@ -111,7 +133,7 @@ def test_sampler_draws_from_the_tempered_nucleus_and_argmax_at_zero():
     assert torch.equal(again, sample_rows(rows, seed, pos, ones, ones, False)[:100])
     moved = sample_rows(rows[:100], seed[:100], pos[:100] + 1, ones[:100], ones[:100], False)
     assert not torch.equal(again, moved)
-    from splitserve.target.runtime.sampling import unit_interval
+    from draft_models.sampling import unit_interval
 
     ends = unit_interval(torch.tensor([0, 255, 256, (1 << 31) - 256, (1 << 31) - 1]))
     assert ends.min() > 0 and ends.max() < 1 and torch.isfinite(-torch.log(-torch.log(ends))).all()
@@ -147,3 +169,36 @@ def test_regeneration_with_refill_captures_what_a_forward_over_the_answer_gives(
         # layer 2, normed (transformers' RMSNorm computes in fp32, hence the tolerance)
         torch.testing.assert_close(model.model.norm(d.aux[:, 32:]), hs[3][0], atol=1e-6, rtol=0)
         torch.testing.assert_close(d.final, hs[3][0], atol=1e-6, rtol=0)
+
+
+def test_regeneration_reads_its_requests_lazily_with_the_same_schedule():
+    """A generator of requests (what the static backend hands over: one stream over a worker's
+    samples) is read a few beyond the free slots at a time, and gives the list's results in the
+    list's number of steps (the schedule depends on the tokens only)."""
+    from splitserve.target.runtime.regen import Regenerator, Request
+
+    model = tiny(num_hidden_layers=2)
+    g = torch.Generator().manual_seed(4)
+    lengths = torch.randint(2, 9, (9,), generator=g).tolist()
+    requests = [
+        Request(torch.randint(0, 100, (n,), generator=g), b, seed=i, temperature=1.0)
+        for i, (n, b) in enumerate(zip(lengths, [3, 7, 2] * 3, strict=True))
+    ]
+    listed = Regenerator(model, [1], slots=2, max_len=24, eos=(), nucleus=False)
+    expected = listed.run(requests)
+    lazy = Regenerator(model, [1], slots=2, max_len=24, eos=(), nucleus=False)
+    pulled = []
+
+    def source():
+        for i, r in enumerate(requests):
+            pulled.append(i)
+            yield r
+
+    stream = lazy.stream(source())
+    first = next(stream)
+    assert len(pulled) <= 2 + lazy.refill_group + 1  # not read to the end before working
+    got = dict([first, *stream])
+    assert len(pulled) == len(requests) and lazy.steps == listed.steps
+    for i, d in enumerate(expected):
+        assert torch.equal(got[i].ids, d.ids)
+        torch.testing.assert_close(got[i].aux, d.aux, rtol=0, atol=0)

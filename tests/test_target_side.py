@@ -157,7 +157,8 @@ def test_batched_producer_cuts_the_same_batches_after_a_resume():
 
     calls = []
 
-    def produce_stream(gs):  # finishes its window's samples in reverse order
+    def produce_stream(gs, conversations):  # finishes its window's samples in reverse order
+        assert isinstance(conversations, list)  # a windowed backend may index them
         calls.append(list(gs))
         for i in reversed(range(len(gs))):
             pulled.append(gs[i])
@@ -166,12 +167,41 @@ def test_batched_producer_cuts_the_same_batches_after_a_resume():
     pulled = []
     order = [-1, 0, 1, 2, 3, 4, 5, 6, 7]
     resumed = [2, 3, 4, 5, 6, 7]  # a run resumed after samples -1, 0, 1 were trained on
-    producer = BatchedProducer(produce_stream, order, set(resumed), 4)
+    producer = BatchedProducer(produce_stream, lambda g: f"conv{g}", order, set(resumed), 4)
     assert producer(2) == "sample2" and pulled == [2]  # returned as soon as it arrived
     assert [producer(g) for g in resumed[1:]] == [f"sample{g}" for g in resumed[1:]]
     assert calls == [[-1, 0, 1, 2], [3, 4, 5, 6], [7]]  # the uninterrupted run's windows, whole
     assert pulled == [2, 6, 5, 4, 3, 7]  # 1, 0, -1 were never waited for
     assert producer.ready == {}
+
+
+def test_single_stream_producer_hands_over_only_needed_samples_lazily():
+    """size 0 (a batch-invariant backend): one stream over the samples still needed, whose
+    conversations are read only as the backend asks for them."""
+    from splitserve.workers import BatchedProducer
+
+    read, calls = [], []
+
+    def conversation(g):
+        read.append(g)
+        return f"conv{g}"
+
+    def produce_stream(gs, conversations):  # pairs up samples: finishes each pair in reverse
+        calls.append(list(gs))
+        it = iter(conversations)
+        for i in range(0, len(gs), 2):
+            got = [next(it) for _ in gs[i : i + 2]]
+            for j in reversed(range(len(got))):
+                yield i + j, f"sample{gs[i + j]} from {got[j]}"
+
+    order = [-1, 0, 1, 2, 3, 4, 5]
+    resumed = [1, 2, 3, 4, 5]
+    producer = BatchedProducer(produce_stream, conversation, order, set(resumed), 0)
+    assert producer(1) == "sample1 from conv1"
+    assert read == [1, 2]  # lazily: the rest not yet read
+    assert [producer(g) for g in resumed[1:]] == [f"sample{g} from conv{g}" for g in resumed[1:]]
+    assert calls == [resumed]  # one stream, nothing regenerated for -1 and 0
+    assert read == resumed and producer.ready == {}
 
 
 def test_regeneration_is_seeded_by_sample_id_in_any_process(smol_dir):
@@ -224,7 +254,7 @@ def test_static_backend_regenerates_and_captures_as_the_hf_backend(smol_dir, len
     convs = load_prompts(DataConfig()).train[:5]
     static = _backend(smol_dir, "static", cfg(), lengths=lengths)
     hf = _backend(smol_dir, "hf", cfg(), lengths=lengths)
-    assert static.window == 8
+    assert static.window == 0 and static.batch_invariant  # one stream over the samples
     made = static.produce_batch(list(range(5)), convs)
     for g, conv, s in zip(range(5), convs, made, strict=True):
         h = hf.produce(g, conv)

@@ -46,6 +46,11 @@ def test_step_slices_and_resume_cursor():
         (8, ["split.target_procs=2", "split.trainer_procs=6"], (2, 6)),
         (2, [], (1, 1)),
         (1, [], (1, 1)),  # one GPU: both share it
+        # the static backend's measured share: half the GPUs are targets
+        (8, ["target.backend=static"], (4, 4)),
+        (2, ["target.backend=static"], (1, 1)),
+        (1, ["target.backend=static"], (1, 1)),
+        (8, ["target.backend=static", "split.trainer_procs=2"], (6, 2)),
     ],
 )
 def test_default_gpu_split(monkeypatch, gpus, overrides, expected):

@@ -17,7 +17,7 @@ from ..models import DraftModel, DraftOutput, init_weights
 from ..packed_attention import AttentionPlan, TokenIndex
 from ..packing import PackedBatch
 from ..registry import DraftArch, register_arch
-from ..sampling import pick
+from ..sampling import pick_counted
 
 
 class DSparkDraft(DraftModel):
@@ -102,9 +102,11 @@ class DSparkProposer:
 
     Static state (`static_state = True`): the context keys/values live in buffers of `capacity`
     positions written in place, attended to in full (a key at or past the anchor's position is
-    invisible by the attention rule), and the proposal reads its inputs from `anchor_in` /
-    `pos_in`; so `greedy_step()` has fixed shapes and addresses, and the decoder can capture it
-    in a CUDA graph once and replay it for every block of every request (`reset()` between)."""
+    invisible by the attention rule), the proposal reads its inputs from `anchor_in` / `pos_in`,
+    and sampling draws counter noise of (the request's seed, a draw counter on the device) rather
+    than a torch.Generator's stream; so `step(temperature)` has fixed shapes and addresses, and
+    the decoder can capture it in a CUDA graph once per temperature and replay it for every block
+    of every request (`reset(seed)` between requests)."""
 
     static_state = True
 
@@ -121,13 +123,18 @@ class DSparkProposer:
         self.slot = torch.arange(self.slots, device=self.device)
         self.anchor_in = torch.zeros(1, dtype=torch.long, device=self.device)
         self.pos_in = torch.zeros(1, dtype=torch.long, device=self.device)
+        self.seed_in = torch.zeros(1, dtype=torch.long, device=self.device)
+        self.draws = torch.zeros(1, dtype=torch.long, device=self.device)  # sampling counter
         self.length = 0
         self.confidence_logits: torch.Tensor | None = None  # raw logits [gamma], last proposal
 
-    def reset(self) -> None:
-        """A new request: stale keys sit at positions its anchors cannot see until overwritten."""
+    def reset(self, seed: int = 0) -> None:
+        """A new request: stale keys sit at positions its anchors cannot see until overwritten;
+        its draws are counter noise of `seed`."""
         self.length = 0
         self.confidence_logits = None
+        self.seed_in.fill_(seed)
+        self.draws.zero_()
 
     def commit(self, feats: torch.Tensor, tokens: torch.Tensor, start: int) -> None:
         """Add committed positions start..start+n-1 (features [n, m*H]; tokens unused by DSpark)."""
@@ -149,20 +156,18 @@ class DSparkProposer:
             v_buf[start : start + n] = v
         self.length = start + n
 
-    def propose(self, anchor: torch.Tensor, pos: int, temperature: float, generator):
+    def propose(self, anchor: torch.Tensor, pos: int, temperature: float, generator=None):
+        """`generator` is unused: draws are counter noise (see the class docstring)."""
         self.anchor_in.copy_(anchor)
         self.pos_in.fill_(pos)
-        tokens, dists, survival, conf = self._propose(temperature, generator)
+        tokens, dists, survival, conf = self.step(temperature)
         self.confidence_logits = conf
         return tokens, dists, survival
 
-    def greedy_step(self):
-        """(tokens, survival, confidence logits or None) at temperature 0 from anchor_in / pos_in:
-        fixed shapes, no host read, no state written (what the decoder captures in a graph)."""
-        tokens, _, survival, conf = self._propose(0.0, None)
-        return tokens, survival, conf
-
-    def _propose(self, temperature: float, generator):
+    def step(self, temperature: float):
+        """(tokens, proposal distributions or None, survival, confidence logits or None) from
+        anchor_in / pos_in: fixed shapes, no host read, nothing written but the draw counter
+        (what the decoder captures in a graph)."""
         d, cfg = self.draft, self.draft.cfg
         anchor = self.anchor_in
         ids = torch.cat((anchor, anchor.new_full((self.slots - 1,), cfg.mask_token_id)))[None]
@@ -185,7 +190,8 @@ class DSparkProposer:
             if cfg.confidence_head:
                 prev_emb = head.prev_embedding(prev) if head is not None else None
                 conf.append(d.confidence_head(h, prev_emb)[0].double())
-            prev, probs = pick(logits, temperature, generator)
+            prev, probs = pick_counted(logits, temperature, self.seed_in, self.draws)
+            self.draws.add_(1)
             tokens.append(prev)
             dists.append(probs)
         confidence = torch.stack(conf) if conf else None

@@ -15,7 +15,7 @@ from ..models import DraftModel, DraftOutput, init_weights
 from ..packed_attention import AttentionPlan, TokenIndex
 from ..packing import PackedBatch
 from ..registry import DraftArch, register_arch
-from ..sampling import pick
+from ..sampling import pick_counted
 from .dflash import check as no_heads
 
 
@@ -54,17 +54,19 @@ class Eagle3Draft(DraftModel):
         x = self._layer_input(token_ids, feature)
         k, v = self.self_attn.kv(x, q_index.pos)
         keys, values = torch.cat((keys, k)), torch.cat((values, v))
+        g = self.attend(x, feature, q_index, keys, values, k_index.cat(q_index), backend)
+        return g, self.norm(g), keys, values
+
+    def attend(self, x, feature, q_index, keys, values, k_index, backend="auto"):
+        """A chain step's output feature g from its layer input x, over keys/values at k_index
+        (the chain rule: committed context before the anchor, and the block's own slots up to
+        the query's)."""
         plan = AttentionPlan(
-            q_index,
-            k_index.cat(q_index),
-            window=self.cfg.sliding_window,
-            block_causal=True,
-            backend=backend,
+            q_index, k_index, window=self.cfg.sliding_window, block_causal=True, backend=backend
         )
         o = plan(self.self_attn.q(x, q_index.pos), keys, values, self.self_attn.scale)
         g = feature + self.self_attn.out(o, x)
-        g = g + self.mlp(self.post_attention_layernorm(g))
-        return g, self.norm(g), keys, values
+        return g + self.mlp(self.post_attention_layernorm(g))
 
     def forward(self, batch: PackedBatch, backend: str = "auto") -> DraftOutput:
         keys, values = self.context_kv(batch)
@@ -91,46 +93,96 @@ class Eagle3Draft(DraftModel):
 class Eagle3Proposer:
     """EAGLE-3 chain: the draft layer's own KV cache over committed positions (position t's key
     reads token x_t and the fused target feature of t-1, exactly as in training), then gamma
-    autoregressive chain steps that feed each step's output feature into the next."""
+    autoregressive chain steps that feed each step's output feature into the next.
 
-    def __init__(self, draft: Eagle3Draft, gamma: int, sts: torch.Tensor | None = None) -> None:
-        self.draft, self.gamma = draft, gamma  # no confidence head: STS temperatures do not apply
-        self.keys = self.values = None
-        self.last_feature: torch.Tensor | None = (
-            None  # fused target feature of the last committed position
-        )
+    Static state, as DSparkProposer's (same contract): keys and values live in buffers of
+    `capacity + gamma` positions; chain step k writes its key at position pos + k in place and
+    attends over the whole buffer under the chain rule, so entries past the query's slot (stale
+    chain keys, an earlier request's keys) are invisible, and a later commit overwrites the chain
+    keys of the positions it keeps. Sampling draws counter noise as DSparkProposer's does.
+    `step(temperature)` therefore has fixed shapes and addresses: the decoder captures it in a
+    CUDA graph per temperature and replays it for every block of every request."""
+
+    static_state = True
+
+    def __init__(
+        self, draft: Eagle3Draft, gamma: int, sts: torch.Tensor | None, capacity: int
+    ) -> None:
+        self.draft, self.gamma, self.capacity = draft, gamma, capacity  # no confidence head:
+        # STS temperatures do not apply
+        attn, p = draft.self_attn, draft.norm.weight
+        size = capacity + gamma  # the chain of a block at the last position writes past it
+        self.keys = p.new_zeros(size, attn.num_kv_heads, attn.head_dim)
+        self.values = p.new_zeros(size, attn.num_kv_heads, attn.head_dim)
+        self.index = torch.arange(size, device=p.device)
+        # fused target feature of the last committed position (zero before position 0)
+        self.last_feature = p.new_zeros(1, draft.cfg.hidden_size)
+        self.anchor_in = torch.zeros(1, dtype=torch.long, device=p.device)
+        self.pos_in = torch.zeros(1, dtype=torch.long, device=p.device)
+        self.seed_in = torch.zeros(1, dtype=torch.long, device=p.device)
+        self.draws = torch.zeros(1, dtype=torch.long, device=p.device)  # sampling counter
         self.length = 0
         self.confidence_logits = None  # EAGLE-3 has no confidence head
 
-    def commit(self, feats: torch.Tensor, tokens: torch.Tensor, start: int) -> None:
-        d = self.draft
-        g = d.fuse_context(feats)
-        first = self.last_feature if self.last_feature is not None else g.new_zeros(1, g.shape[1])
-        g_prev = torch.cat((first, g[:-1]))
-        pos = torch.arange(start, start + feats.shape[0], device=feats.device)
-        k, v = d.self_attn.kv(d._layer_input(tokens, g_prev), pos)
-        self.keys = k if self.keys is None else torch.cat((self.keys, k))
-        self.values = v if self.values is None else torch.cat((self.values, v))
-        self.last_feature = g[-1:]
-        self.length = start + feats.shape[0]
+    def reset(self, seed: int = 0) -> None:
+        """A new request: stale keys sit past its positions until overwritten; its draws are
+        counter noise of `seed`."""
+        self.length = 0
+        self.last_feature.zero_()
+        self.seed_in.fill_(seed)
+        self.draws.zero_()
 
-    def propose(self, anchor: torch.Tensor, pos: int, temperature: float, generator):
-        d = self.draft
-        device = anchor.device
-        keys, values, k_index = self.keys, self.values, TokenIndex.context(self.length, device)
-        feature, token = self.last_feature, anchor
+    def commit(self, feats: torch.Tensor, tokens: torch.Tensor, start: int) -> None:
+        d, n = self.draft, feats.shape[0]
+        if start + n > self.capacity:
+            raise ValueError(f"position {start + n - 1} is past the proposer's {self.capacity}")
+        g = d.fuse_context(feats)
+        g_prev = torch.cat((self.last_feature, g[:-1]))
+        pos = torch.arange(start, start + n, device=feats.device)
+        k, v = d.self_attn.kv(d._layer_input(tokens, g_prev), pos)
+        self.keys[start : start + n] = k
+        self.values[start : start + n] = v
+        self.last_feature.copy_(g[-1:])  # in place: a graphed proposal reads this buffer
+        self.length = start + n
+
+    def propose(self, anchor: torch.Tensor, pos: int, temperature: float, generator=None):
+        """`generator` is unused: draws are counter noise (see the class docstring)."""
+        self.anchor_in.copy_(anchor)
+        self.pos_in.fill_(pos)
+        tokens, dists, survival, _ = self.step(temperature)
+        return tokens, dists, survival
+
+    def step(self, temperature: float):
+        """(tokens, proposal distributions or None, survival, None) from anchor_in / pos_in:
+        fixed shapes, no host read; writes only chain keys past the committed positions and the
+        draw counter (what the decoder captures in a graph)."""
+        d, pos = self.draft, self.pos_in
+        rel = self.index - pos  # >= 0: this block's chain slots; < 0: committed context
+        chain = rel >= 0
+        zero = torch.zeros_like(self.index)
+        k_index = TokenIndex(
+            seq=zero,
+            pos=self.index,
+            block=torch.where(chain, 0, -1),
+            slot=torch.where(chain, rel, -1),
+        )
+        feature, token = self.last_feature, self.anchor_in
         tokens, dists = [], []
         for k in range(self.gamma):
-            q_index = TokenIndex.single_block(pos, 1, device, first_slot=k)
-            feature, h, keys, values = d.step(
-                token, feature, q_index, keys, values, k_index, backend="dense"
-            )
-            k_index = k_index.cat(q_index)
-            token, probs = pick(d.target_head.logits(h)[0].float(), temperature, generator)
+            q_index = TokenIndex(seq=zero[:1], pos=pos + k, block=zero[:1], slot=zero[:1] + k)
+            x = d._layer_input(token, feature)
+            key, value = d.self_attn.kv(x, q_index.pos)
+            self.keys.index_copy_(0, q_index.pos, key)
+            self.values.index_copy_(0, q_index.pos, value)
+            feature = d.attend(x, feature, q_index, self.keys, self.values, k_index, "dense")
+            logits = d.target_head.logits(d.norm(feature))[0].float()
+            token, probs = pick_counted(logits, temperature, self.seed_in, self.draws)
+            self.draws.add_(1)
             tokens.append(token)
             dists.append(probs)
-        survival = torch.ones(self.gamma, dtype=torch.float64, device=device)
-        return torch.cat(tokens), (torch.stack(dists) if temperature > 0 else None), survival
+        survival = torch.ones(self.gamma, dtype=torch.float64, device=pos.device)
+        dists = torch.stack(dists) if temperature > 0 else None
+        return torch.cat(tokens), dists, survival, None
 
 
 def check(cfg: DraftConfig) -> None:

@@ -35,9 +35,8 @@ class TargetConfig:
     # Sequences regenerated together: hf, one left-padded generate call; static, the sequences in
     # flight (continuous refill). 1 keeps one sequence at a time; larger batches keep a GPU busy.
     generate_batch: int = 1
-    # static backend: samples handed to it at once (the queue that refills finished slots), cut
-    # from the worker's sample list counted from step 0, so a resumed run regenerates the same
-    # windows; a window's captured states stay on the device until sent. 0: 4 x generate_batch.
+    # static backend: 0 hands it every sample the worker needs as one lazily read stream (slots
+    # never drain at a window's end); > 0 cuts the list into windows of this many samples.
     # (hf: each generate call is one window of generate_batch.)
     produce_window: int = 0
     sampling: list[SamplingSetting] = field(default_factory=lambda: [SamplingSetting()])

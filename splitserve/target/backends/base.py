@@ -38,7 +38,16 @@ class TargetSetup:
 
 class TargetBackend:
     """Base of every backend: the target's shape and tokenizer, and the rules all backends share
-    (which prompt, which sampling setting, how many new tokens, which tokens carry loss)."""
+    (which prompt, which sampling setting, how many new tokens, which tokens carry loss).
+
+    `target_share`: the share of a GPU node's GPUs its targets get when the split leaves the
+    counts unset, from measured rates (docs/bench/splits.md); None: every GPU but one trainer's
+    (a backend far slower than one trainer)."""
+
+    target_share: float | None = None
+    # True: a sample is the same whatever else is produced with it (its noise is its own), so a
+    # worker may hand the backend any set of samples, e.g. only those still needed after a resume
+    batch_invariant = False
 
     def __init__(self, setup: TargetSetup) -> None:
         self.setup = setup
@@ -51,7 +60,8 @@ class TargetBackend:
     @property
     def window(self) -> int:
         """Samples handed to `produce_stream` at a time (fixed slices of the worker's sample
-        list, see workers.BatchedProducer); 1: `produce` one by one."""
+        list, see workers.BatchedProducer); 1: `produce` one by one; 0 (batch-invariant backends
+        only): one stream over every sample the worker still needs."""
         return self.cfg.generate_batch
 
     def produce(self, g: int, conversation: Conversation) -> SequenceSample:
@@ -113,8 +123,11 @@ def backend_names() -> tuple[str, ...]:
     return tuple(_BACKENDS)
 
 
-def make_backend(setup: TargetSetup) -> TargetBackend:
-    name = setup.cfg.backend
+def backend_class(name: str) -> type[TargetBackend]:
     if name not in _BACKENDS:
         raise ValueError(f"target.backend={name!r} is invalid; allowed: {', '.join(_BACKENDS)}")
-    return _BACKENDS[name](setup)
+    return _BACKENDS[name]
+
+
+def make_backend(setup: TargetSetup) -> TargetBackend:
+    return backend_class(setup.cfg.backend)(setup)

@@ -9,8 +9,8 @@ block), and `accept(width, accepted)` after a verify step, which keeps the ancho
 - `EagerEngine` (any transformers causal LM, KDA hybrids included): a DynamicCache cropped after
   each step, capture hooks, and the per-position staging of linear-attention state.
 - `StaticEngine` (Llama-family targets, `static_llama.StaticLlama`): a static KV cache, one CUDA
-  graph per verify width on a GPU (eager on CPU, same code), features returned by the step
-  itself; forgetting rejected drafts costs nothing (see StaticLlama).
+  graph per (verify width, cache-length bucket) on a GPU (eager on CPU, same code), features
+  returned by the step itself; forgetting rejected drafts costs nothing (see StaticLlama).
 `make_engine(model, layer_ids, runtime)` picks one: `static` where the target is supported,
 `eager` otherwise; `auto` = static on a GPU for supported targets, else eager.
 """
@@ -78,10 +78,22 @@ class EagerEngine:
         self._staging = contextlib.ExitStack()
 
 
+def extent_buckets(max_len: int, smallest: int = 256) -> list[int]:
+    """Cache lengths a step may attend over: powers of two from `smallest`, then max_len. A step
+    attends over the smallest bucket that holds its positions, so its attention costs about what
+    its context needs (at most 2x) while the graphs stay few (one per width and bucket)."""
+    out, n = [], smallest
+    while n < max_len:
+        out.append(n)
+        n *= 2
+    return [*out, max_len]
+
+
 class StaticEngine:
-    """Verify widths in `widths` replay one CUDA graph each (captured on first use); any other
-    call (the prompt) runs the same forward eagerly. `compile_step`: the graphs capture a
-    torch.compile'd step (fused kernels; one compilation per width on first use)."""
+    """Verify widths in `widths` replay one CUDA graph per (width, extent bucket), captured on
+    first use; any other call (the prompt) runs the same forward eagerly. `compile_step`: the
+    graphs capture a torch.compile'd step (fused kernels; one compilation per graph on first
+    use). `buckets`: the cache lengths steps attend over (default `extent_buckets(max_len)`)."""
 
     def __init__(
         self,
@@ -92,19 +104,32 @@ class StaticEngine:
         widths: list[int] | None = None,
         graphs: bool | None = None,
         compile_step: bool = False,
+        buckets: list[int] | None = None,
     ) -> None:
         self.device = next(model.parameters()).device
         self.net = StaticLlama(model, max_rows=1, max_len=max_len, capture_ids=list(layer_ids))
         self.layer_ids, self.max_len = list(layer_ids), max_len
+        self.buckets = sorted(buckets or extent_buckets(max_len))
+        if self.buckets[-1] != max_len or self.buckets[0] < 1:
+            raise ValueError(f"buckets {self.buckets} must be >= 1 and end at max_len={max_len}")
         use_graphs = self.device.type == "cuda" if graphs is None else graphs
-        graphed = torch.compile(self._step, dynamic=False) if compile_step else None
+        graphed = None
+        if compile_step:
+            import torch._dynamo
+
+            # one compiled variant per (width, bucket); dynamo's default limit would leave the
+            # rest eager without a word
+            limit = len(widths or []) * len(self.buckets) + 8
+            cfg = torch._dynamo.config
+            cfg.recompile_limit = max(cfg.recompile_limit, limit)
+            graphed = torch.compile(self._step, dynamic=False)
         self.step = GraphedStep(
             self._step, widths or [], self.device, enabled=use_graphs, graph_fn=graphed
         )
         self.graphs = self.step.enabled  # graphs on (a GPU, not switched off)
 
-    def _step(self, ids: torch.Tensor, pos: torch.Tensor):
-        logits, feats, _ = self.net(ids, pos)
+    def _step(self, ids: torch.Tensor, pos: torch.Tensor, extent: int | None = None):
+        logits, feats, _ = self.net(ids, pos, extent=extent)
         return logits[0].float(), feats[0] if feats is not None else None
 
     def begin(self, max_len: int) -> None:
@@ -115,8 +140,12 @@ class StaticEngine:
             )
 
     def forward(self, ids: torch.Tensor, start: int):
-        pos = torch.arange(start, start + ids.shape[0], device=self.device)[None]
-        return self.step(ids[None], pos)
+        end = start + ids.shape[0]
+        if end > self.max_len:
+            raise ValueError(f"positions up to {end - 1}; the static cache holds {self.max_len}")
+        pos = torch.arange(start, end, device=self.device)[None]
+        extent = next(b for b in self.buckets if b >= end)
+        return self.step(ids[None], pos, extent)
 
     def accept(self, width: int, accepted: int) -> None:
         pass  # the next step overwrites the rejected positions before any query sees them

@@ -1,9 +1,11 @@
 """One CUDA graph per step shape: replay instead of launching every kernel from Python.
 
-`GraphedStep(fn, widths, device)` calls `fn(ids [B, W], pos [B, W])` eagerly for any width not in
-`widths` and, on a GPU, replays a graph captured for each width in `widths` the first time it is
-used. A graph reads its inputs from fixed buffers and writes its outputs to fixed tensors, so the
-returned tensors are overwritten by the next replay of the same width: use them before then.
+`GraphedStep(fn, widths, device)` calls `fn(ids [B, W], pos [B, W], extent)` eagerly for any
+width not in `widths` and, on a GPU, replays a graph captured for each (shape, extent) with a
+width in `widths` the first time it is used (`extent`: a Python int the step bakes in, such as
+the cache-length bucket it attends over). A graph reads its inputs from fixed buffers and writes
+its outputs to fixed tensors, so the returned tensors are overwritten by the next replay of the
+same graph: use them before then.
 
 Capture happens with the step's real inputs: the warm-up run (which torch requires before
 capturing, on a side stream) performs that very step, and the replay that follows the capture
@@ -39,26 +41,27 @@ class GraphedStep:
         """`graph_fn`: what the graphs capture (e.g. a torch.compile'd `fn`); default `fn`."""
         self.fn, self.graph_fn, self.widths = fn, graph_fn or fn, set(widths)
         self.enabled = enabled and torch.device(device).type == "cuda"
-        self.graphs: dict[tuple[int, int], _Graph] = {}
+        self.graphs: dict[tuple, _Graph] = {}
         self.pool = torch.cuda.graph_pool_handle() if self.enabled else None
 
-    def __call__(self, ids: torch.Tensor, pos: torch.Tensor):
+    def __call__(self, ids: torch.Tensor, pos: torch.Tensor, extent: int | None = None):
         shape = tuple(ids.shape)
         if not self.enabled or shape[1] not in self.widths:
-            return self.fn(ids, pos)
-        g = self.graphs.get(shape)
+            return self.fn(ids, pos, extent)
+        key = (shape, extent)
+        g = self.graphs.get(key)
         if g is None:
-            g = self.graphs[shape] = self._capture(ids, pos)
+            g = self.graphs[key] = self._capture(ids, pos, extent)
         else:
             g.ids.copy_(ids)
             g.pos.copy_(pos)
         g.graph.replay()
         return g.outputs
 
-    def _capture(self, ids: torch.Tensor, pos: torch.Tensor) -> _Graph:
+    def _capture(self, ids: torch.Tensor, pos: torch.Tensor, extent: int | None) -> _Graph:
         static_ids, static_pos = ids.clone(), pos.clone()
         graph, outputs = capture(
-            lambda: self.graph_fn(static_ids, static_pos), ids.device, self.pool
+            lambda: self.graph_fn(static_ids, static_pos, extent), ids.device, self.pool
         )
         return _Graph(graph, static_ids, static_pos, outputs)
 

@@ -19,7 +19,7 @@ logits (counter-based noise), not on which samples share its batch.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 
 import torch
@@ -150,20 +150,37 @@ class Regenerator:
             out[index] = done
         return out
 
-    def stream(self, requests: list[Request]) -> Iterator[tuple[int, Generated]]:
-        """(request index, result) as each request finishes. The schedule (which row takes
+    def stream(self, requests: Iterable[Request]) -> Iterator[tuple[int, Generated]]:
+        """(request index, result) as each request finishes. `requests` is read lazily, a few
+        beyond the free slots at a time, so it can be a long (even endless) iterator: slots are
+        refilled from it without ever draining at a boundary. The schedule (which row takes
         which request, when) depends on the generated tokens only, never on when the caller
         pulls, so a request's result is the same however the stream is consumed."""
-        for r in requests:
-            if r.prompt.numel() + r.budget > self.max_len:
-                raise ValueError(
-                    f"a prompt of {r.prompt.numel()} tokens with {r.budget} new ones does not "
-                    f"fit the cache ({self.max_len} positions)"
-                )
-        queue = deque(enumerate(requests))
+        queue: deque[tuple[int, Request]] = deque()
+        source = enumerate(requests)
+        exhausted = False
+
+        def fill(n: int) -> None:  # the next n requests into the queue, if there are that many
+            nonlocal exhausted
+            while len(queue) < n and not exhausted:
+                item = next(source, None)
+                if item is None:
+                    exhausted = True
+                    break
+                r = item[1]
+                if r.prompt.numel() + r.budget > self.max_len:
+                    raise ValueError(
+                        f"a prompt of {r.prompt.numel()} tokens with {r.budget} new ones does not "
+                        f"fit the cache ({self.max_len} positions)"
+                    )
+                queue.append(item)
+
         rows: list[_Row | None] = [None] * self.slots
-        while queue or any(rows):
+        while True:
             free = [s for s, row in enumerate(rows) if row is None]
+            fill(max(len(free), self.refill_group))
+            if not queue and not any(rows):
+                return
             # refill in groups (one prefill forward each); the last prompts, or into an idle
             # batch, at once
             group = min(self.refill_group, len(queue))

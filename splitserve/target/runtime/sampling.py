@@ -13,23 +13,7 @@ from __future__ import annotations
 
 import torch
 
-_MASK = (1 << 31) - 1
-_MIX = 0x45D9F3B  # odd multiplier < 2**27: a 31-bit value times it stays inside int64
-
-
-def counter_uniform(seed: torch.Tensor, pos: torch.Tensor, vocab: int) -> torch.Tensor:
-    """Uniforms in (0, 1), [B, vocab] fp32, a pure function of (seed [B], pos [B], column)."""
-    key = (seed.long() * 1_000_003 + pos.long() * 7_919) & _MASK
-    x = (key[:, None] + torch.arange(vocab, device=seed.device)[None] * 2_654_435) & _MASK
-    for _ in range(3):  # xor-shift-multiply rounds (a 31-bit integer hash)
-        x = ((x ^ (x >> 16)) * _MIX) & _MASK
-    return unit_interval(x ^ (x >> 16))
-
-
-def unit_interval(x: torch.Tensor) -> torch.Tensor:
-    """31-bit integers -> fp32 uniforms strictly inside (0, 1): the top 23 bits plus a half,
-    which fp32 holds exactly (u = 1.0 would make a Gumbel draw infinite)."""
-    return ((x >> 8).float() + 0.5) * (1.0 / (1 << 23))
+from draft_models.sampling import counter_uniform
 
 
 def sample_rows(

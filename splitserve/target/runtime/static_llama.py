@@ -122,18 +122,24 @@ class StaticLlama(nn.Module):
         *,
         rows: torch.Tensor | None = None,
         logits_at: torch.Tensor | None = None,
+        extent: int | None = None,
     ):
         """One step over ids [B, W] at positions [B, W] for cache rows row0..row0+B-1, or for
         the cache rows in `rows` [B] (any rows: a batched prefill of the slots being refilled).
         `logits_at` [B]: the logits of that position of each row only ([B, 1, V]), as a prefill
-        needs; default every position."""
+        needs; default every position. `extent`: attend over cache positions [0, extent) only
+        (every position in `pos` must be below it); a step's attention then costs what its
+        context needs, not the whole cache (the static engine graphs one step per extent
+        bucket). Default: the whole cache."""
         b, w = ids.shape
         span = slice(row0, row0 + b)
+        extent = self.max_len if extent is None else extent
         x = F.embedding(ids, self.embed)
         captured = {-1: x} if -1 in self.capture_ids else {}
         cos, sin = self.rotary(x, pos)
         cos, sin = cos[:, :, None, :], sin[:, :, None, :]  # [B, W, 1, D]
-        visible = self.key_pos[None, None, None, :] <= pos[:, None, :, None]  # [B, 1, W, S]
+        # [B, 1, W, extent]
+        visible = self.key_pos[None, None, None, :extent] <= pos[:, None, :, None]
         batch = torch.arange(b, device=ids.device)[:, None]
         hq, hk, d = self.heads, self.kv_heads, self.head_dim
         for i, p in enumerate(self.layers):
@@ -152,7 +158,11 @@ class StaticLlama(nn.Module):
                 self.v_cache[i][rows[:, None], :, pos] = v
                 k_cache, v_cache = self.k_cache[i][rows], self.v_cache[i][rows]
             attn = F.scaled_dot_product_attention(
-                q.transpose(1, 2), k_cache, v_cache, attn_mask=visible, enable_gqa=hq != hk
+                q.transpose(1, 2),
+                k_cache[:, :, :extent],
+                v_cache[:, :, :extent],
+                attn_mask=visible,
+                enable_gqa=hq != hk,
             )
             x = x + F.linear(attn.transpose(1, 2).reshape(b, w, hq * d), p["o"], p["o_bias"])
             h = F.rms_norm(x, (x.shape[-1],), p["norm_post"], self.eps)

@@ -1,0 +1,72 @@
+"""CUDA graphs of the runtime against the same code run eagerly (skipped without a GPU; run on
+the device machine: `python -m pytest -q tests/test_gpu_runtime.py`). fp32 throughout, so a
+graph replay must give exactly what the eager call gives."""
+
+import pytest
+import torch
+from test_decoder import DRAFT_KINDS, draft_for, reference_greedy, tiny_target
+
+from serving.decoder import GraphedProposal, SpeculativeDecoder, make_proposer
+from splitserve.target.runtime import StaticEngine
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+CUDA = torch.device("cuda")
+
+
+def test_graphed_verify_steps_equal_eager_ones_across_buckets():
+    target = tiny_target().to(CUDA)
+    graphed = StaticEngine(target, [0, 1], max_len=64, widths=[1, 3], buckets=[8, 16, 64])
+    eager = StaticEngine(
+        target, [0, 1], max_len=64, widths=[1, 3], buckets=[8, 16, 64], graphs=False
+    )
+    assert graphed.graphs and not eager.graphs
+    seq = torch.randint(0, 96, (40,), generator=torch.Generator().manual_seed(0)).to(CUDA)
+    start = 0
+    for width in (5, 3, 1, 3, 3, 1, 3, 3, 1, 3, 3, 3, 1, 3, 3):
+        a, b = (
+            graphed.forward(seq[start : start + width], start),
+            eager.forward(seq[start : start + width], start),
+        )
+        torch.testing.assert_close(a[0], b[0], rtol=0, atol=0)
+        torch.testing.assert_close(a[1], b[1], rtol=0, atol=0)
+        start += width - 1  # the last token is the next block's anchor
+    assert {key[1] for key in graphed.step.graphs} == {8, 16, 64}
+
+
+@pytest.mark.parametrize("arch", ["dspark", "dflash", "eagle3"])
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_graphed_proposal_equals_the_eager_one(arch, temperature):
+    target = tiny_target().to(CUDA)
+    draft = draft_for(target, **DRAFT_KINDS[arch]).to(CUDA)
+    sts = torch.ones(4, dtype=torch.float64, device=CUDA)
+    graphed_p, eager_p = (make_proposer(draft, 4, sts, 64) for _ in range(2))
+    graphed = GraphedProposal(graphed_p)
+    engine = StaticEngine(target, draft.cfg.target_layer_ids, max_len=64, graphs=False)
+    with torch.no_grad():
+        for seed, prompt in enumerate(([5, 17, 42, 8, 3], [9, 1, 4, 4, 60, 2, 7, 30, 11])):
+            _, feats = engine.forward(torch.tensor(prompt, device=CUDA), 0)
+            for p in (graphed_p, eager_p):
+                p.reset(seed)
+                p.commit(feats, torch.tensor(prompt, device=CUDA), 0)
+            for anchor in (2, 40, 77):
+                a = graphed(torch.tensor([anchor], device=CUDA), len(prompt), temperature)
+                b = eager_p.propose(torch.tensor([anchor], device=CUDA), len(prompt), temperature)
+                assert torch.equal(a[0], b[0])
+                torch.testing.assert_close(a[2], b[2], rtol=0, atol=0)
+                if temperature > 0:
+                    torch.testing.assert_close(a[1], b[1], rtol=0, atol=0)
+    assert set(graphed.graphs) == {temperature}
+
+
+@pytest.mark.parametrize("arch", ["dspark", "dflash", "eagle3"])
+def test_graphed_speculative_decoding_is_lossless(arch):
+    on_cpu = tiny_target()
+    target = tiny_target().to(CUDA)
+    dec = SpeculativeDecoder(
+        target, draft_for(target, **DRAFT_KINDS[arch]).to(CUDA), runtime="static", max_len=128
+    )
+    assert dec.engine.graphs
+    for prompt in ([3, 9, 27, 81], [5, 17, 42, 8, 3, 1, 1]):
+        res = dec.generate(prompt, 40)
+        assert res.token_ids == reference_greedy(on_cpu, prompt, 40)
+    assert dec.graphed_proposal is not None and dec.graphed_proposal.graphs
