@@ -246,6 +246,34 @@ def regen_figures(report, args, device) -> None:
     report["eager"]["regen_tokens_per_s"] = rows["hf"]["new_tokens_per_s"]
 
 
+def goals(report: dict, compiled: dict | None = None) -> dict:
+    """The issue's goals against this run's figures (and a --compile run's, if given): each with
+    its value, its limit, the ratio value / limit and whether it is met."""
+
+    def goal(value, limit, higher_is_better=False):
+        met = value >= limit if higher_is_better else value <= limit
+        return {"value": value, "limit": limit, "ratio": value / limit, "met": met}
+
+    out = {}
+    runs = {"graphs": report, **({"graphs+compile": compiled} if compiled else {})}
+    for name, r in runs.items():
+        v = r["verify_ms_by_width"]
+        out[f"smol_target_step_ms <= 1.0 ({name})"] = goal(r["smol_target_step_ms"], 1.0)
+        out[f"llama1b_target_step_ms <= 2 x floor ({name})"] = goal(
+            r["llama1b_target_step_ms"], 2 * r["llama1b_floor_ms"]
+        )
+        out[f"verify width 8 <= 1.3 x width 1 ({name})"] = goal(v["8"], 1.3 * v["1"])
+    if "tau_gsm8k" in report:
+        out["spec_speedup_gsm8k >= 0.75 x tau_gsm8k"] = goal(
+            report["spec_speedup_gsm8k"], 0.75 * report["tau_gsm8k"], higher_is_better=True
+        )
+    if "regen_samples_per_s" in report:
+        out["regen_samples_per_s >= 100"] = goal(
+            report["regen_samples_per_s"], 100.0, higher_is_better=True
+        )
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True, type=Path)
@@ -270,6 +298,13 @@ def main() -> int:
     ap.add_argument("--draft-tokens", type=int, default=128, help="new tokens per trained turn")
     ap.add_argument("--eager-prompts", type=int, default=5, help="GSM8K items on the eager engine")
     ap.add_argument("--regen", action="store_true", help="also measure regeneration")
+    ap.add_argument(
+        "--annotate",
+        type=Path,
+        metavar="COMPILED_JSON",
+        help="measure nothing: add the goals block to --out (a finished run's JSON), with this "
+        "--compile --only-steps run's figures beside it",
+    )
     ap.add_argument("--regen-samples", type=int, default=1024)
     ap.add_argument("--regen-eager-samples", type=int, default=256)
     ap.add_argument(
@@ -279,6 +314,13 @@ def main() -> int:
         "their summed GPU time, with torch.profiler",
     )
     args = ap.parse_args()
+    if args.annotate:  # no measurement: the goals block of a finished run's JSON
+        report = json.loads(args.out.read_text())
+        compiled = json.loads(args.annotate.read_text()) if args.annotate.is_file() else None
+        report["goals"] = goals(report, compiled)
+        args.out.write_text(json.dumps(report, indent=1))
+        print(json.dumps(report["goals"], indent=1))
+        return 0
     if args.quick:
         args.repeats, args.prompts, args.tokens, args.draft_tokens = 5, 2, 16, 16
         args.eager_prompts, args.regen_samples, args.regen_eager_samples = 1, 64, 16
@@ -313,6 +355,8 @@ def main() -> int:
         trained_figures(report, args, device)
     if args.regen:
         regen_figures(report, args, device)
+    if not args.only_spec:
+        report["goals"] = goals(report)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=1))
     print(json.dumps({k: v for k, v in report.items() if not isinstance(v, dict)}, indent=1))

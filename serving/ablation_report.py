@@ -32,13 +32,17 @@ BOOKKEEPING = (
 
 
 def _param_count(ckpt: Path) -> int:
-    with safe_open(str(ckpt / checkpoint.DRAFT_WEIGHTS), "pt") as f:
-        total = 0
-        for name in f.keys():
-            n = 1
-            for d in f.get_slice(name).get_shape():
-                n *= d
-            total += n
+    """Draft parameters, from the weight files' headers (one file or its shards)."""
+    total = 0
+    for name in checkpoint.weight_files(ckpt / "draft"):
+        if name.endswith(".json"):
+            continue
+        with safe_open(str(ckpt / "draft" / name), "pt") as f:
+            for key in f.keys():
+                n = 1
+                for d in f.get_slice(key).get_shape():
+                    n *= d
+                total += n
     return total
 
 

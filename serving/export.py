@@ -19,7 +19,6 @@ import sys
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
 
 from draft_models import (
     DraftConfig,
@@ -49,9 +48,15 @@ WEIGHT_DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
 
 
 def export(
-    ckpt: Path, out: Path, sps: Path | None = None, sts: Path | None = None, dtype: str = "bfloat16"
+    ckpt: Path,
+    out: Path,
+    sps: Path | None = None,
+    sts: Path | None = None,
+    dtype: str = "bfloat16",
+    max_shard_mb: float = checkpoint.DEFAULT_SHARD_MB,
 ) -> Path:
-    """Write the SGLang draft directory `out` for checkpoint `ckpt` (weights cast to `dtype`)."""
+    """Write the SGLang draft directory `out` for checkpoint `ckpt` (weights cast to `dtype`,
+    sharded past `max_shard_mb` with a safetensors index, which SGLang's loader reads)."""
     if dtype not in WEIGHT_DTYPES:
         raise ValueError(f"dtype {dtype!r} is invalid; allowed: {', '.join(sorted(WEIGHT_DTYPES))}")
     draft = checkpoint.read_draft(ckpt)
@@ -68,10 +73,10 @@ def export(
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     (tmp / "config.json").write_text(json.dumps({**config, "torch_dtype": dtype}, indent=1))
-    save_file(
+    checkpoint.save_weights(
         {k: v.to(WEIGHT_DTYPES[dtype]).contiguous() for k, v in sorted(draft.weights.items())},
-        str(tmp / "model.safetensors"),
-        metadata={"format": "pt"},
+        tmp,
+        max_shard_mb,
     )
     for src, name in ((sps, "sps.json"), (sts, "sts.json")):
         if src is not None:
@@ -87,7 +92,7 @@ def load_exported(path: Path, head: FrozenTargetHead) -> DraftModel:
     config = json.loads((Path(path) / "config.json").read_text())
     cfg = load_draft_config(config["splitserve_draft_config"])
     draft = get_arch(cfg.arch).model(cfg, head)
-    draft.load_state_dict(load_file(str(Path(path) / "model.safetensors")), strict=True)
+    draft.load_state_dict(checkpoint.load_weights(Path(path)), strict=True)
     return draft
 
 
@@ -109,6 +114,12 @@ def build_parser():
         choices=sorted(WEIGHT_DTYPES),
         help="weight dtype (SGLang serves the draft in the target's dtype; bf16 for Ling-3)",
     )
+    ap.add_argument(
+        "--max-shard-mb",
+        type=float,
+        default=checkpoint.DEFAULT_SHARD_MB,
+        help="larger weights are written as shards of at most this size, with an index",
+    )
     return ap
 
 
@@ -116,7 +127,9 @@ def main(argv=None) -> int:
     ap = build_parser()
     args = ap.parse_args(argv)
     try:
-        out = export(args.checkpoint, args.out, args.sps, args.sts, dtype=args.dtype)
+        if args.max_shard_mb <= 0:
+            raise ValueError(f"--max-shard-mb {args.max_shard_mb}: allowed a number > 0")
+        out = export(args.checkpoint, args.out, args.sps, args.sts, args.dtype, args.max_shard_mb)
     except (ValueError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -18,6 +18,8 @@ import shlex
 import sys
 from pathlib import Path
 
+from splitserve import checkpoint
+
 from . import cli
 
 
@@ -26,7 +28,7 @@ def build_command(
 ) -> tuple[list[str], dict[str, str]]:
     """(argv after `python -m sglang.launch_server`, extra environment)."""
     draft = Path(draft)
-    for name in ("config.json", "model.safetensors"):
+    for name in ("config.json", *checkpoint.weight_files(draft)):  # one file or index + shards
         if not (draft / name).is_file():
             raise FileNotFoundError(
                 f"{draft / name} is missing: pass a directory written by `python -m serving.export`"

@@ -2,7 +2,9 @@
 
     RUN/checkpoints/step-NNNNNNNN/
       engine/                   DeepSpeed's engine state (tag `engine`): what resuming needs
-      draft/model.safetensors   the draft's own weights (fp32, SGLang's parameter names)
+      draft/model.safetensors   the draft's own weights (fp32, SGLang's parameter names); above
+                                train.weight_shard_mb, shards model-0000i-of-0000N.safetensors
+                                + model.safetensors.index.json (the Hugging Face layout)
       draft/draft_config.json   the resolved DraftConfig
       config.yaml               the run's resolved config
       meta.json                 {"step", "model_dir", "target": TargetSpec fields}
@@ -37,7 +39,9 @@ DRAFT_WEIGHTS = "draft/model.safetensors"
 DRAFT_CONFIG = "draft/draft_config.json"
 RUN_CONFIG = "config.yaml"
 META = "meta.json"
+DRAFT_INDEX = "draft/model.safetensors.index.json"  # sharded weights: the index names the shards
 DRAFT_FILES = (DRAFT_WEIGHTS, DRAFT_CONFIG, RUN_CONFIG, META)  # what serving and export read
+DEFAULT_SHARD_MB = 2048.0
 
 
 def _stderr(message: str) -> None:
@@ -60,6 +64,55 @@ def step_of(ckpt: Path) -> int:
     return int(Path(ckpt).name.split("-")[-1])
 
 
+# ----- weight files: one safetensors file, or shards with an index -----
+def save_weights(weights: dict, directory: Path, max_shard_mb: float = DEFAULT_SHARD_MB) -> None:
+    """`weights` as directory/model.safetensors, or, past `max_shard_mb`, as shards of at most
+    that size with model.safetensors.index.json (huggingface_hub's split, the layout transformers
+    and SGLang load), so a large draft moves between machines in pieces."""
+    from huggingface_hub import split_torch_state_dict_into_shards
+    from safetensors.torch import save_file
+
+    split = split_torch_state_dict_into_shards(
+        weights,
+        filename_pattern="model{suffix}.safetensors",
+        max_shard_size=int(max_shard_mb * 2**20),
+    )
+    for name, keys in split.filename_to_tensors.items():
+        save_file({k: weights[k] for k in keys}, str(directory / name), metadata={"format": "pt"})
+    if split.is_sharded:
+        index = {"metadata": split.metadata, "weight_map": split.tensor_to_filename}
+        (directory / Path(DRAFT_INDEX).name).write_text(json.dumps(index, indent=1))
+
+
+def weight_files(directory: Path) -> list[str]:
+    """The weight files of `directory` (names within it), read from its index if it has one."""
+    index = directory / Path(DRAFT_INDEX).name
+    if (directory / Path(DRAFT_WEIGHTS).name).is_file() or not index.is_file():
+        return [Path(DRAFT_WEIGHTS).name]
+    try:
+        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"{index} is not a safetensors index: {exc}") from None
+    return [index.name, *shards]
+
+
+def load_weights(directory: Path) -> dict[str, torch.Tensor]:
+    """Every tensor of `directory`'s weights (one file or its shards); ValueError naming a file
+    that cannot be read."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    out: dict[str, torch.Tensor] = {}
+    for name in weight_files(directory):
+        if name.endswith(".json"):
+            continue
+        try:
+            out.update(load_file(str(directory / name)))
+        except (SafetensorError, FileNotFoundError) as exc:
+            raise ValueError(f"{directory / name} cannot be read: {exc}") from None
+    return out
+
+
 # ----- writing -----
 def write_draft_files(
     staging: Path,
@@ -70,14 +123,16 @@ def write_draft_files(
     model_dir: str,
     config_yaml: str,
     step: int,
+    max_shard_mb: float = DEFAULT_SHARD_MB,
 ) -> None:
-    """Everything but the engine state: the draft alone (what export and serving read), the run
-    config and meta.json. The caller writes `engine/` (DeepSpeed) and then calls `seal`."""
-    from safetensors.torch import save_file
-
+    """Everything but the engine state: the draft alone (what export and serving read; sharded
+    past `max_shard_mb`), the run config and meta.json. The caller writes `engine/` (DeepSpeed)
+    and then calls `seal`."""
     (staging / "draft").mkdir(parents=True, exist_ok=True)
-    weights = {k: v.detach().float().cpu().contiguous() for k, v in state_dict.items()}
-    save_file(weights, str(staging / DRAFT_WEIGHTS))
+    # clones: DeepSpeed's parameters are views of one flat buffer, which the shard split would
+    # count as one tensor
+    weights = {k: v.detach().float().cpu().clone() for k, v in state_dict.items()}
+    save_weights(weights, staging / "draft", max_shard_mb)
     (staging / DRAFT_CONFIG).write_text(json.dumps(asdict(draft_cfg), indent=1))
     (staging / RUN_CONFIG).write_text(config_yaml)
     (staging / META).write_text(
@@ -111,6 +166,14 @@ def problem(ckpt: Path, needed: tuple[str, ...] | None = None) -> str | None:
         files = {str(k): int(v) for k, v in files.items()}
     except (ValueError, KeyError, TypeError, AttributeError):
         return "COMPLETE marker is unreadable"
+    if needed is not None and DRAFT_WEIGHTS in needed and DRAFT_WEIGHTS not in files:
+        if DRAFT_INDEX in files:  # sharded weights: the index and every shard it names
+            try:
+                shards = weight_files(ckpt / "draft")
+            except ValueError as exc:
+                return str(exc)
+            rest = tuple(n for n in needed if n != DRAFT_WEIGHTS)
+            needed = (*rest, *(f"draft/{n}" for n in shards))
     for name in needed or ():
         if name not in files:
             return f"COMPLETE does not list {name}"
@@ -187,7 +250,11 @@ def drop_training_state(ckpt: Path) -> None:
     rewritten first (atomically), so an interruption leaves at worst unlisted leftovers."""
     ckpt = Path(ckpt)
     files = listed_files(ckpt)
-    keep = {name: size for name, size in files.items() if name in DRAFT_FILES}
+    keep = {
+        name: size
+        for name, size in files.items()
+        if name in DRAFT_FILES or name.startswith("draft/")  # sharded weights: index + shards
+    }
     if keep == files:
         return
     tmp = ckpt / (COMPLETE + ".tmp")
@@ -254,9 +321,6 @@ def resolve(path: Path, log: Callable[[str], None] = _stderr) -> Path:
 def read_draft(path: Path, log: Callable[[str], None] = _stderr) -> DraftCheckpoint:
     """The draft of a checkpoint (see `resolve` for what `path` may be; a path that is already a
     resolved checkpoint is validated again, which costs a few stat calls)."""
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
-
     path = resolve(path, log)
     meta = json.loads((path / META).read_text())
     if "target" not in meta:
@@ -264,10 +328,7 @@ def read_draft(path: Path, log: Callable[[str], None] = _stderr) -> DraftCheckpo
             f"{path / META} does not record the target's shape (checkpoint from an older "
             "SplitServe)"
         )
-    try:
-        weights = load_file(str(path / DRAFT_WEIGHTS))
-    except SafetensorError as exc:
-        raise ValueError(f"{path / DRAFT_WEIGHTS} cannot be read: {exc}") from None
+    weights = load_weights(path / "draft")
     return DraftCheckpoint(
         path=path,
         step=int(meta["step"]) if "step" in meta else step_of(path),
@@ -276,6 +337,27 @@ def read_draft(path: Path, log: Callable[[str], None] = _stderr) -> DraftCheckpo
         model_dir=Path(meta["model_dir"]),
         weights=weights,
     )
+
+
+EXPORTED_CONFIG = "config.json"  # an exported draft directory (serving.export): SGLang's files
+# (config.json with our draft config inside, weights as save_weights writes them)
+
+
+def read_init_draft(path: Path, log: Callable[[str], None] = _stderr):
+    """(draft config, weights) a run can start from (`train.init_from`): an exported draft
+    directory (config.json holding `splitserve_draft_config`, and model.safetensors, as
+    serving.export writes them) or a checkpoint / run directory (its newest complete one)."""
+    path = Path(path)
+    if not (path / EXPORTED_CONFIG).is_file():
+        ckpt = read_draft(path, log)
+        return ckpt.cfg, ckpt.weights
+    config = json.loads((path / EXPORTED_CONFIG).read_text())
+    if "splitserve_draft_config" not in config:
+        raise ValueError(
+            f"{path / EXPORTED_CONFIG} has no splitserve_draft_config: not a draft exported by "
+            "SplitServe (pass an exported directory, a checkpoint or a run directory)"
+        )
+    return load_draft_config(config["splitserve_draft_config"], "draft"), load_weights(path)
 
 
 def read_run_section(ckpt: Path, key: str) -> dict:

@@ -52,6 +52,8 @@ class TrainConfig:
     seed: int = 0
     checkpoint_every: int = 20
     keep_checkpoints: int = 2
+    # the draft-only weight file is cut into shards of at most this many MiB (with an index)
+    weight_shard_mb: float = 2048.0
     eval_every: int = 0  # 0: only at the end
     # Real acceptance at each evaluation: trainer rank 0 decodes this many held-out prompts with
     # the live draft (loads its own copy of the target: small targets only; 0 = off).
@@ -63,6 +65,10 @@ class TrainConfig:
     decode_eval_probe: str = "serving.probe.RealTauProbe"
     run_dir: str | None = None  # null: Hydra's output directory
     resume: bool = True  # continue from the newest complete checkpoint in run_dir, if any
+    # start a new run from these draft weights: an exported draft directory (serving.export), a
+    # checkpoint or a run directory; its draft config must equal this run's (loss weights aside).
+    # A run that resumes ignores it (the checkpoint holds the weights by then).
+    init_from: str | None = None
     threads_per_proc: int = 1  # CPU threads for each worker process
 
 
@@ -124,6 +130,8 @@ class RunConfig:
         for name in ("steps", "micro_batch", "grad_accum", "num_anchors", "threads_per_proc"):
             if getattr(self.train, name) < 1:
                 raise bad(f"train.{name}", getattr(self.train, name), "an integer >= 1")
+        if self.train.weight_shard_mb <= 0:
+            raise bad("train.weight_shard_mb", self.train.weight_shard_mb, "a number > 0")
         if self.train.zero_stage not in (0, 1, 2):  # 3 would shard markov_w2, read by the loss
             raise bad(
                 "train.zero_stage",

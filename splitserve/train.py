@@ -89,6 +89,22 @@ def _check_resume(ckpt_dir: Path, draft: DraftConfig) -> None:
         )
 
 
+def _check_init(path: str, draft: DraftConfig) -> None:
+    """train.init_from: readable, and its draft config equal to this run's (loss weights may
+    differ: they shape training, not the weights)."""
+    init_cfg, _ = ckpt.read_init_draft(Path(path))
+    diff = sorted(
+        f.name
+        for f in fields(draft)
+        if f.name != "loss" and getattr(init_cfg, f.name) != getattr(draft, f.name)
+    )
+    if diff:
+        raise ValueError(
+            f"train.init_from={path}: its draft differs from this run's in {diff}; set those "
+            "draft fields as it has them"
+        )
+
+
 def _check_importable(path: str, key: str) -> None:
     from hydra.utils import get_class
 
@@ -124,6 +140,13 @@ def prepare(cfg: RunConfig, node: Any, run_dir: Path):
             _check_resume(found, draft)
             resume_from, start = str(found), ckpt.step_of(found)
             print(f"resuming from {found} (step {start} of {cfg.train.steps})", file=sys.stderr)
+    init_from = None
+    if cfg.train.init_from and resume_from is None:
+        _check_init(cfg.train.init_from, draft)
+        init_from = cfg.train.init_from
+        print(f"starting from the draft weights of {init_from}", file=sys.stderr)
+    elif cfg.train.init_from:
+        print(f"train.init_from ignored: resuming from {resume_from}", file=sys.stderr)
     if start >= cfg.train.steps:
         print(f"run already complete at step {start} (train.steps={cfg.train.steps})")
     link = (
@@ -142,6 +165,7 @@ def prepare(cfg: RunConfig, node: Any, run_dir: Path):
         eval_prompts=prompts.eval,
         start_step=start,
         resume_from=resume_from,
+        init_from=init_from,
         device=device,
         link_backend=link,
         target_layer_ids=draft.target_layer_ids,

@@ -86,7 +86,10 @@ class DraftTrainer:
         device: torch.device,
         dp_world: int,
         mpu=None,
+        init_weights: dict[str, torch.Tensor] | None = None,
     ) -> None:
+        """`init_weights`: the draft's starting weights (train.init_from), loaded before
+        DeepSpeed copies the parameters into its optimizer state."""
         if device.type == "cpu":  # say so instead of letting DeepSpeed warn that it found no GPU
             os.environ.setdefault("DS_ACCELERATOR", "cpu")
         import deepspeed
@@ -94,6 +97,13 @@ class DraftTrainer:
         self.cfg, self.device, self.target_spec, self.dp_world = cfg, device, target, dp_world
         seed_everything(cfg.seed)
         draft = build_draft(draft_cfg, target, head)
+        if init_weights is not None:
+            try:
+                draft.load_state_dict(init_weights, strict=True)
+            except RuntimeError as exc:
+                raise ValueError(
+                    f"train.init_from: the weights do not fit the draft: {exc}"
+                ) from None
         self.draft_cfg = draft.cfg
         self.engine, _, _, self.scheduler = deepspeed.initialize(
             model=draft,

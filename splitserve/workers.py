@@ -46,6 +46,7 @@ class RunContext:
     eval_prompts: list[Conversation]
     start_step: int = 0
     resume_from: str | None = None
+    init_from: str | None = None  # draft weights a new run starts from (train.init_from)
     device: str = "cpu"
     link_backend: str = "gloo"
     store_port: int = 0
@@ -340,6 +341,7 @@ def _save_checkpoint(trainer: DraftTrainer, ctx: RunContext, step: int, rank: in
             model_dir=ctx.model_dir,
             config_yaml=ctx.config_yaml,
             step=step,
+            max_shard_mb=ctx.cfg.train.weight_shard_mb,
         )
         ckpt.seal(staging, ckpt.final_dir(run_dir, step))
         ckpt.prune(run_dir, ctx.cfg.train.keep_checkpoints)
@@ -473,6 +475,7 @@ def _build_trainer(ctx: RunContext, rank: int, device: torch.device) -> DraftTra
     mpu = _init_trainer_world(ctx, rank, device)
     head = load_frozen_head(Path(ctx.model_dir), device, torch.float32)
     spec = load_target_spec(Path(ctx.model_dir))
+    init = ckpt.read_init_draft(Path(ctx.init_from))[1] if ctx.init_from else None
     trainer = DraftTrainer(
         ctx.cfg.draft,
         spec,
@@ -481,6 +484,7 @@ def _build_trainer(ctx: RunContext, rank: int, device: torch.device) -> DraftTra
         device=device,
         dp_world=ctx.topology.num_trainers,
         mpu=mpu,
+        init_weights=init,
     )
     if ctx.resume_from:
         _load_checkpoint(trainer, ctx)

@@ -1,7 +1,9 @@
 """Atomic checkpoints: partial or corrupt ones are reported and skipped, good ones are kept."""
 
+import json
 from pathlib import Path
 
+import torch
 from conftest import llama_config
 
 from splitserve import checkpoint as ckpt
@@ -169,3 +171,54 @@ def test_a_run_whose_only_resumable_checkpoint_is_damaged_is_refused_not_restart
     with pytest.raises(ValueError, match="none keeps the training state resuming needs"):
         run(compose_cfg(LEGACY_RUN + [f"target.path={target}", "train.steps=2"]), run_dir)
     assert (run_dir / "checkpoints" / "step-00000001" / "draft" / "model.safetensors").is_file()
+
+
+def test_a_new_run_starts_from_exported_or_checkpointed_draft_weights(tmp_path):
+    """train.init_from: a run directory or an exported draft directory gives the new run exactly
+    those weights (checked with lr 0: the first checkpoint holds them unchanged); a draft of
+    another shape is refused before any worker starts, naming the field; a resuming run keeps
+    its own checkpoint."""
+    import pytest
+    from test_training import TINY, compose_cfg
+
+    from serving.export import export
+    from serving.launch import build_command
+    from splitserve.train import run
+
+    base = [o for o in TINY if not o.startswith("train.steps")] + ["split.colocated=true"]
+    # the draft-only weights in shards of at most 1 MiB (an index names them)
+    first = run(compose_cfg(base + ["train.steps=2", "train.weight_shard_mb=1"]), tmp_path / "a")
+    draft_dir = Path(first["checkpoint"]) / "draft"
+    shards = sorted(p.name for p in draft_dir.glob("model-*.safetensors"))
+    assert len(shards) > 2 and not (draft_dir / "model.safetensors").exists()
+    index = json.loads((draft_dir / "model.safetensors.index.json").read_text())["weight_map"]
+    for name in shards:  # at most 1 MiB, unless one tensor alone is larger
+        size = (draft_dir / name).stat().st_size
+        assert size <= 2**20 + 1000 or list(index.values()).count(name) == 1
+    assert ckpt.weight_files(draft_dir) == ["model.safetensors.index.json", *shards]
+    trained = ckpt.load_weights(draft_dir)
+    exported = export(
+        Path(first["checkpoint"]), tmp_path / "exported", dtype="float32", max_shard_mb=1
+    )
+    assert (exported / "model.safetensors.index.json").is_file()
+    build_command("/models/target", exported)  # the SGLang launcher accepts a sharded draft
+    frozen = ["train.steps=1", "train.lr=0", "train.checkpoint_every=1"]
+    for name, source in (("from_run", tmp_path / "a"), ("from_export", exported)):
+        out = run(compose_cfg(base + frozen + [f"train.init_from={source}"]), tmp_path / name)
+        got = ckpt.load_weights(Path(out["checkpoint"]) / "draft")
+        assert got.keys() == trained.keys()
+        assert all(torch.equal(got[k], trained[k]) for k in trained), name
+    with pytest.raises(ValueError, match=r"differs from this run's in \['markov_rank'\]"):
+        run(
+            compose_cfg(base + ["draft.markov_rank=32", f"train.init_from={exported}"]),
+            tmp_path / "b",
+        )
+    # a truncated shard is named before anything reads it
+    shard = draft_dir / shards[1]
+    shard.write_bytes(shard.read_bytes()[:100])
+    why = ckpt.problem(Path(first["checkpoint"]), ckpt.DRAFT_FILES)
+    assert why is not None and why.startswith(f"file {shard} has 100 bytes, expected ")
+    with pytest.raises(ValueError, match="no splitserve_draft_config: not a draft exported"):
+        (tmp_path / "other").mkdir()
+        (tmp_path / "other" / "config.json").write_text("{}")
+        run(compose_cfg(base + [f"train.init_from={tmp_path / 'other'}"]), tmp_path / "c")

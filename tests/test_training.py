@@ -162,6 +162,48 @@ def test_resume_after_sigkill_matches_an_uninterrupted_run(tmp_path):
         assert b[step] == pytest.approx(a[step], rel=1e-5, abs=1e-5)
 
 
+def test_smol_gpu_recipe_holds_its_budget_and_runs_shrunk_on_cpu(tmp_path):
+    """+recipe=smol_gpu: a 60,000-sample budget with the paper's settings (warm-up 4 %, 512
+    anchors, CE 0.1 / TV 0.9 / BCE 1.0, decay 4, lengths up to 1,024, three sampling settings);
+    shrunk, the same recipe trains on CPU through the static backend."""
+    from splitserve.config import load_run_config
+
+    cfg = load_run_config(compose_cfg(["+recipe=smol_gpu"]))
+    t, loss = cfg.train, cfg.draft.loss
+    assert t.steps * t.micro_batch * t.grad_accum == 60_000
+    assert t.warmup_steps == 0.04 * t.steps and t.lr == 6e-4 and t.num_anchors == 512
+    assert (loss.ce_weight, loss.distill_weight, loss.divergence) == (0.1, 0.9, "tv")
+    assert (loss.confidence_weight, loss.position_decay) == (1.0, 4.0)
+    assert cfg.data.max_length == 1024 and len(cfg.target.sampling) == 3
+    assert (cfg.target.backend, cfg.split.device) == ("static", "cuda")
+    summary = run(
+        compose_cfg(
+            [
+                "+recipe=smol_gpu",
+                "split.device=cpu",
+                "train.steps=2",
+                "train.micro_batch=1",
+                "train.num_anchors=8",
+                "train.warmup_steps=1",
+                "train.checkpoint_every=2",
+                "train.eval_every=0",
+                "target.max_new_tokens=6",
+                "target.generate_batch=2",
+                "data.max_length=96",
+                "data.max_prompt_tokens=64",
+                "data.eval_prompts=1",
+                "data.sources=[{kind:gsm8k,path:null,limit:20,weight:1}]",
+                "draft.num_layers=1",
+                "draft.markov_rank=16",
+                "log.wandb_mode=disabled",
+                "log.progress=false",
+            ]
+        ),
+        tmp_path / "smol_gpu",
+    )
+    assert summary["steps"] == 2
+
+
 def test_ling3_recipe_runs_on_the_mini_target(tmp_path):
     summary = run(
         compose_cfg(
