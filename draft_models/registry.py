@@ -21,7 +21,9 @@ class DraftArch:
     """What the project knows about one draft architecture.
 
     - `model`: class built as `model(resolved_cfg, frozen_target_head)`; consumes a PackedBatch.
-    - `proposer`: class built as `proposer(draft, gamma, sts_temperatures)` with `commit(...)`
+    - `proposer`: class built as `proposer(draft, gamma, sts_temperatures)`, or with
+      `static_state = True` as `proposer(draft, gamma, sts_temperatures, capacity)` (fixed
+      buffers, `reset(seed)`, `step(temperature)`: what the decoder graphs), with `commit(...)`
       and `propose(...)` (see `draft_models.archs.dspark.DSparkProposer` for the contract).
     - `defaults`: DraftConfig fields that differ from the dataclass defaults for this
       architecture (`loss` as a nested mapping); applied to every field a config leaves unset.

@@ -113,6 +113,8 @@ class GraphedProposal:
 
     def __init__(self, proposer) -> None:
         self.proposer, self.graphs = proposer, {}
+        # one memory pool for every temperature's graph: they never run at once
+        self.pool = torch.cuda.graph_pool_handle()
 
     def __call__(self, anchor: torch.Tensor, pos: int, temperature: float, generator=None):
         p = self.proposer
@@ -120,7 +122,9 @@ class GraphedProposal:
         p.pos_in.fill_(pos)
         if temperature not in self.graphs:
             draws = p.draws.clone()
-            self.graphs[temperature] = capture(lambda: p.step(temperature), p.anchor_in.device)
+            self.graphs[temperature] = capture(
+                lambda: p.step(temperature), p.anchor_in.device, self.pool
+            )
             p.draws.copy_(draws)
         graph, outputs = self.graphs[temperature]
         graph.replay()
@@ -193,7 +197,7 @@ class SpeculativeDecoder:
         self.engine = make_engine(
             self.target, self.layer_ids, runtime, max_len=max_len, widths=widths
         )
-        # with a graphed target the proposer is kept across requests and, greedy, graphed too
+        # with a graphed target the proposer is kept across requests and its proposal graphed
         self.kept_proposer = self.graphed_proposal = None
 
     def _width_for(self, n_verify: torch.Tensor, budget: int) -> int:

@@ -343,6 +343,13 @@ EXPORTED_CONFIG = "config.json"  # an exported draft directory (serving.export):
 # (config.json with our draft config inside, weights as save_weights writes them)
 
 
+def init_source(path: Path, log: Callable[[str], None] = _stderr) -> Path:
+    """The directory `read_init_draft` reads: an exported draft directory as given, else the
+    checkpoint `resolve` picks (a run directory's newest complete one)."""
+    path = Path(path)
+    return path if (path / EXPORTED_CONFIG).is_file() else resolve(path, log)
+
+
 def read_init_draft(path: Path, log: Callable[[str], None] = _stderr):
     """(draft config, weights) a run can start from (`train.init_from`): an exported draft
     directory (config.json holding `splitserve_draft_config`, and model.safetensors, as

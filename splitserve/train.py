@@ -89,10 +89,12 @@ def _check_resume(ckpt_dir: Path, draft: DraftConfig) -> None:
         )
 
 
-def _check_init(path: str, draft: DraftConfig) -> None:
+def _check_init(path: str, draft: DraftConfig) -> str:
     """train.init_from: readable, and its draft config equal to this run's (loss weights may
-    differ: they shape training, not the weights)."""
-    init_cfg, _ = ckpt.read_init_draft(Path(path))
+    differ: they shape training, not the weights). Returns the concrete directory (a run
+    directory's newest complete checkpoint, resolved once: the trainers load that one)."""
+    path = ckpt.init_source(Path(path))
+    init_cfg, _ = ckpt.read_init_draft(path)
     diff = sorted(
         f.name
         for f in fields(draft)
@@ -103,6 +105,7 @@ def _check_init(path: str, draft: DraftConfig) -> None:
             f"train.init_from={path}: its draft differs from this run's in {diff}; set those "
             "draft fields as it has them"
         )
+    return str(path)
 
 
 def _check_importable(path: str, key: str) -> None:
@@ -142,8 +145,7 @@ def prepare(cfg: RunConfig, node: Any, run_dir: Path):
             print(f"resuming from {found} (step {start} of {cfg.train.steps})", file=sys.stderr)
     init_from = None
     if cfg.train.init_from and resume_from is None:
-        _check_init(cfg.train.init_from, draft)
-        init_from = cfg.train.init_from
+        init_from = _check_init(cfg.train.init_from, draft)
         print(f"starting from the draft weights of {init_from}", file=sys.stderr)
     elif cfg.train.init_from:
         print(f"train.init_from ignored: resuming from {resume_from}", file=sys.stderr)

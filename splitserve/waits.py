@@ -4,8 +4,8 @@ A worker names its phase as it goes (`watch.phase("data", "samples for step 3 fr
 `watch.phase("step", "step 3")`, `watch.phase("credit", ...)`). A daemon thread prints one line
 to stderr when the same phase has lasted `after` seconds, and again at 2x, 4x, ... that time,
 naming what the worker waits on: data, compilation or credit. Whether a long step is compiling
-is read from the worker thread's own Python stack (torch.compile's frames: dynamo, inductor), so
-no phase has to guess it in advance.
+is read from the worker thread's own Python stack (torch.compile's compiling frames: dynamo's
+frame conversion, inductor's compile_fx), so no phase has to guess it in advance.
 
 `compile_seconds()`: the process's total torch.compile time so far (dynamo's own timer; NaN
 where this torch does not keep it); the trainer logs each step's share as `compile_s`.
@@ -18,7 +18,11 @@ import sys
 import threading
 import time
 
-COMPILING = ("torch/_dynamo/", "torch/_inductor/", "torch\\_dynamo\\", "torch\\_inductor\\")
+# modules on a thread's stack only while torch.compile compiles (dynamo's frame conversion;
+# inductor's compile_fx, which a lazily compiled backward enters too); running compiled code goes
+# through other torch/_dynamo and torch/_inductor modules (eval_frame, output_code), so those
+# directories as a whole would call every compiled step "compiling"
+COMPILING = ("torch/_dynamo/convert_frame.py", "torch/_inductor/compile_fx.py")
 
 # what each phase means to someone reading the log
 WAITING_ON = {
@@ -35,14 +39,16 @@ def compile_seconds() -> float:
         from torch._dynamo.utils import compilation_time_metrics
     except ImportError:  # pragma: no cover - older or newer torch without the timer
         return math.nan
-    return float(sum(compilation_time_metrics.get("_compile.compile_inner", [])))
+    # frames compiled (forward included), and backwards AOTAutograd compiles lazily
+    keys = ("_compile.compile_inner", "backward._backward_impl")
+    return float(sum(sum(compilation_time_metrics.get(k, [])) for k in keys))
 
 
 def is_compiling(thread_id: int) -> bool:
     """Whether that thread is inside torch.compile right now (from its current stack)."""
     frame = sys._current_frames().get(thread_id)
     while frame is not None:
-        if any(part in frame.f_code.co_filename for part in COMPILING):
+        if frame.f_code.co_filename.replace("\\", "/").endswith(COMPILING):
             return True
         frame = frame.f_back
     return False

@@ -139,11 +139,19 @@ class BatchedProducer:
     one stream over the needed samples alone, their conversations read lazily, so the backend
     never drains at a window's end. Samples arrive from `produce_stream(members, conversations)`
     as the backend finishes them; g is returned as soon as it has arrived, the others wait in
-    `ready`."""
+    `ready`: on the device up to `on_device` of them, past that in host memory (a long answer at
+    the head of the line would otherwise hold every sample finished meanwhile on the GPU)."""
 
     def __init__(
-        self, produce_stream, conversation, order: list[int], needed: set[int], size: int
+        self,
+        produce_stream,
+        conversation,
+        order: list[int],
+        needed: set[int],
+        size: int,
+        on_device: int = 512,
     ) -> None:
+        self.on_device = on_device
         self.produce_stream, self.conversation, self.needed = produce_stream, conversation, needed
         self.lazy = size == 0
         if self.lazy:
@@ -168,8 +176,11 @@ class BatchedProducer:
             )
         while g not in self.ready:
             i, sample = next(self.stream)
-            if self.members[i] in self.needed:
-                self.ready[self.members[i]] = sample
+            got = self.members[i]
+            if got in self.needed:
+                if got != g and len(self.ready) >= self.on_device:
+                    sample = sample.to_device("cpu")
+                self.ready[got] = sample
         return self.ready.pop(g)
 
 

@@ -204,6 +204,39 @@ def test_single_stream_producer_hands_over_only_needed_samples_lazily():
     assert read == resumed and producer.ready == {}
 
 
+def test_samples_waiting_past_the_device_limit_wait_in_host_memory():
+    """A long answer at the head of the line: samples finished meanwhile beyond `on_device`
+    wait on the CPU (what they are sent from is the same data)."""
+    from draft_models import SequenceSample
+    from splitserve.workers import BatchedProducer
+
+    def sample(g):
+        n = 3 + g
+        return SequenceSample(
+            torch.arange(n), torch.ones(n, dtype=torch.bool), torch.full((n, 2), float(g)),
+            torch.zeros(n, 2),
+        )  # fmt: skip
+
+    seen = []
+
+    class Meta:  # records where each sample sits when it is stored
+        def __init__(self, s):
+            self.s = s
+
+        def to_device(self, device):
+            seen.append(device)
+            return Meta(self.s.to_device(device))
+
+    def produce_stream(gs, conversations):
+        for i in reversed(range(len(gs))):  # the first sample finishes last
+            yield i, Meta(sample(gs[i]))
+
+    producer = BatchedProducer(produce_stream, str, list(range(5)), set(range(5)), 0, on_device=2)
+    got = [producer(g).s for g in range(5)]
+    assert seen == ["cpu", "cpu"]  # samples 2 and 1 arrived with 4 and 3 already waiting
+    assert [int(s.aux_hidden[0, 0]) for s in got] == [0, 1, 2, 3, 4]
+
+
 def test_regeneration_is_seeded_by_sample_id_in_any_process(smol_dir):
     """Sampling at temperature 1: two fresh backends (as a run and its resumed continuation would
     build) regenerate sample g identically; another id gives another answer."""

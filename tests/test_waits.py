@@ -57,3 +57,19 @@ def test_compilation_is_named_from_the_stack_and_timed_apart():
     assert torch.equal(fn(torch.ones(3)), torch.full((3,), 4.0))
     assert seen == ["waiting for compilation (torch.compile): step 1"]
     assert compile_seconds() > before
+
+    def probe():  # runs eagerly between two compiled graphs, once they are compiled
+        seen.append(watch.describe())
+        return 0
+
+    @torch.compile(backend="eager")
+    def with_break(x):
+        y = x + 1
+        torch._dynamo.graph_break()
+        probe()
+        return y * 2
+
+    seen.clear()
+    with_break(torch.ones(2))
+    with_break(torch.ones(2))
+    assert seen == ["computing: step 1"] * 2  # running compiled code is not compiling

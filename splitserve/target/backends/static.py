@@ -8,8 +8,10 @@ boundary cost about 2.5 s of empty slots per 5 s of work); `target.produce_windo
 list into windows instead; every step is one CUDA-graph replay on a GPU and the same code
 eagerly on CPU. The draft's target layers are captured by the generating forwards themselves (no
 capture pass, no padding). Sampling uses counter-based noise keyed by the sample's
-`regeneration_seed`, so a sample is the same in any batch, any process and after a resume; its
-draws differ from the `hf` backend's (torch's generator stream). Greedy answers equal the `hf`
+`regeneration_seed`, so a sample is the same in any batch, any process and after a resume (in
+fp32; in bf16 a batched prefill or step rounds with its batch's shapes, so after a resume, which
+batches only the samples still needed, a near-tie can resolve differently); its draws differ from
+the `hf` backend's (torch's generator stream). Greedy answers equal the `hf`
 backend's in fp32; in bf16 the two round differently and diverge after a near-tie. Samples are
 handed to the worker as they finish (`produce_stream`); one that finishes before the worker needs
 it keeps its captured states on the device until sent: about (m + 1) x hidden x 2 bytes per token

@@ -121,7 +121,8 @@ class StaticEngine:
             # rest eager without a word
             limit = len(widths or []) * len(self.buckets) + 8
             cfg = torch._dynamo.config
-            cfg.recompile_limit = max(cfg.recompile_limit, limit)
+            name = "recompile_limit" if hasattr(cfg, "recompile_limit") else "cache_size_limit"
+            setattr(cfg, name, max(getattr(cfg, name), limit))  # the older name before 2.7
             graphed = torch.compile(self._step, dynamic=False)
         self.step = GraphedStep(
             self._step, widths or [], self.device, enabled=use_graphs, graph_fn=graphed
