@@ -22,11 +22,15 @@ class HFTarget(TargetBackend):
         self.dtype = resolve_dtype(self.cfg.dtype, self.device)
         self.model = load_causal_lm(setup.model_dir, self.device, self.dtype)
 
+    @property
+    def pad_id(self) -> int:
+        """The tokenizer's pad token, or EOS where it has none (a pad id of 0 is a pad id)."""
+        pad = self.tokenizer.pad_token_id
+        return pad if pad is not None else self.tokenizer.eos_token_id
+
     def _generate_kwargs(self, setting: SamplingSetting, budget: int) -> dict:
         kwargs = dict(
-            do_sample=setting.temperature > 0,
-            max_new_tokens=budget,
-            pad_token_id=self.tokenizer.pad_token_id or self.tokenizer.eos_token_id,
+            do_sample=setting.temperature > 0, max_new_tokens=budget, pad_token_id=self.pad_id
         )
         if setting.temperature > 0:
             kwargs.update(temperature=setting.temperature, top_p=setting.top_p, top_k=0)
@@ -54,7 +58,7 @@ class HFTarget(TargetBackend):
         keeps fixed by cutting its sample list into batches counted from step 0."""
         prompts = [torch.tensor(self.prompt(c), dtype=torch.long) for c in conversations]
         eos = self.tokenizer.eos_token_id
-        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else eos
+        pad = self.pad_id
         width = max(p.numel() for p in prompts)
         ids = torch.full((len(prompts), width), pad, dtype=torch.long)
         attention = torch.zeros((len(prompts), width), dtype=torch.long)
