@@ -37,6 +37,15 @@ from splitserve.target.embedded import ensure_smollm2  # noqa: E402
 from splitserve.target.models import load_causal_lm  # noqa: E402
 
 
+def prompt_conversations(n: int, sharegpt_weight: int = 1) -> list:
+    """Samples 0..n-1 of the training prompt stream: GSM8K, plus ShareGPT at that weight."""
+    sources = [SourceConfig("gsm8k")]
+    if sharegpt_weight:
+        sources.append(SourceConfig("sharegpt", limit=20_000, weight=sharegpt_weight))
+    stream = PromptStream(load_prompts(DataConfig(sources=sources, eval_prompts=0)).train, 0)
+    return [stream[g] for g in range(n)]
+
+
 def run_backend(name: str, args, conversations, device) -> tuple[dict, list]:
     cfg = TargetConfig(
         backend=name,
@@ -106,11 +115,7 @@ def main(argv=None) -> None:
             p.error(f"--{flag.replace('_', '-')} must be >= 1")
     device = torch.device(args.device)
     dtype_here = resolve_dtype("auto", device)
-    sources = [SourceConfig("gsm8k")]
-    if args.sharegpt:
-        sources.append(SourceConfig("sharegpt", limit=20_000, weight=args.sharegpt))
-    stream = PromptStream(load_prompts(DataConfig(sources=sources, eval_prompts=0)).train, 0)
-    conversations = [stream[g] for g in range(args.samples)]
+    conversations = prompt_conversations(args.samples, args.sharegpt)
     # the target's weight bytes in the dtype it runs in here
     weights = weight_bytes(load_causal_lm(ensure_smollm2(), torch.device("cpu"), dtype_here))
     bandwidth = copy_bandwidth(device)

@@ -225,19 +225,15 @@ def regen_figures(report, args, device) -> None:
     """Regeneration at the trainer's batch (scripts/bench_regen.run_backend)."""
     from argparse import Namespace
 
-    from bench_regen import run_backend
+    from bench_regen import prompt_conversations, run_backend
 
-    from splitserve.data import DataConfig, PromptStream, SourceConfig, load_prompts
-
-    sources = [SourceConfig("gsm8k"), SourceConfig("sharegpt", limit=20_000, weight=1)]
-    stream = PromptStream(load_prompts(DataConfig(sources=sources, eval_prompts=0)).train, 0)
     rows = {}
     for name, n in (("static", args.regen_samples), ("hf", args.regen_eager_samples)):
         regen_args = Namespace(
             samples=n, slots=256, max_new_tokens=256, max_length=512, max_prompt_tokens=256,
             layer_ids=[1, 15, 28],
         )  # fmt: skip
-        rows[name], _ = run_backend(name, regen_args, [stream[g] for g in range(n)], device)
+        rows[name], _ = run_backend(name, regen_args, prompt_conversations(n), device)
         print(f"regeneration: {json.dumps(rows[name])}", flush=True)
     report["regen"] = rows
     report["regen_samples_per_s"] = rows["static"]["samples_per_s"]

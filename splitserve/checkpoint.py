@@ -350,21 +350,28 @@ def init_source(path: Path, log: Callable[[str], None] = _stderr) -> Path:
     return path if (path / EXPORTED_CONFIG).is_file() else resolve(path, log)
 
 
-def read_init_draft(path: Path, log: Callable[[str], None] = _stderr):
-    """(draft config, weights) a run can start from (`train.init_from`): an exported draft
-    directory (config.json holding `splitserve_draft_config`, and model.safetensors, as
-    serving.export writes them) or a checkpoint / run directory (its newest complete one)."""
+def read_init_config(path: Path, log: Callable[[str], None] = _stderr) -> DraftConfig:
+    """The draft config of what `read_init_draft` reads, without loading its weights (what the
+    launcher checks against the run's before any worker starts)."""
     path = Path(path)
     if not (path / EXPORTED_CONFIG).is_file():
-        ckpt = read_draft(path, log)
-        return ckpt.cfg, ckpt.weights
+        return read_draft_config(resolve(path, log))
     config = json.loads((path / EXPORTED_CONFIG).read_text())
     if "splitserve_draft_config" not in config:
         raise ValueError(
             f"{path / EXPORTED_CONFIG} has no splitserve_draft_config: not a draft exported by "
             "SplitServe (pass an exported directory, a checkpoint or a run directory)"
         )
-    return load_draft_config(config["splitserve_draft_config"], "draft"), load_weights(path)
+    return load_draft_config(config["splitserve_draft_config"], "draft")
+
+
+def read_init_draft(path: Path, log: Callable[[str], None] = _stderr):
+    """(draft config, weights) a run can start from (`train.init_from`): an exported draft
+    directory (config.json holding `splitserve_draft_config`, and model.safetensors, as
+    serving.export writes them) or a checkpoint / run directory (its newest complete one)."""
+    path = init_source(path, log)
+    exported = (path / EXPORTED_CONFIG).is_file()
+    return read_init_config(path, log), load_weights(path if exported else path / "draft")
 
 
 def read_run_section(ckpt: Path, key: str) -> dict:

@@ -94,7 +94,7 @@ def _check_init(path: str, draft: DraftConfig) -> str:
     differ: they shape training, not the weights). Returns the concrete directory (a run
     directory's newest complete checkpoint, resolved once: the trainers load that one)."""
     path = ckpt.init_source(Path(path))
-    init_cfg, _ = ckpt.read_init_draft(path)
+    init_cfg = ckpt.read_init_config(path)  # the weights are the trainers' to load
     diff = sorted(
         f.name
         for f in fields(draft)
