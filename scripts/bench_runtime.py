@@ -190,7 +190,9 @@ def trained_figures(report, args, device) -> None:
     from splitserve import checkpoint
 
     ckpt = checkpoint.resolve(Path(args.draft))
-    bench_args = SimpleNamespace(max_new_tokens=args.draft_tokens, temperature=0.0, seed=0)
+    bench_args = SimpleNamespace(
+        max_new_tokens=args.draft_tokens, temperature=0.0, seed=0, no_baseline=False, procs=1
+    )
     trained = {"checkpoint": str(ckpt)}
     runs = (("static", ("gsm8k", "mtbench", "gsm8k_t1")), ("eager", ("gsm8k",)))
     for runtime, benches in runs:

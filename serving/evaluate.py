@@ -1,8 +1,8 @@
 """Measure what a draft delivers at decode time, against target-only decoding in the same run.
 
     python -m serving.evaluate --checkpoint RUN/checkpoints/step-N --bench gsm8k,mtbench,humaneval
-        [--limit N] [--temperature T] [--max-new-tokens N] [--out DIR]
-        [decoder flags as serving.generate]
+        [--limit N] [--temperature T] [--max-new-tokens N] [--out DIR] [--no-baseline]
+        [--procs N] [decoder flags as serving.generate]
 
 Per benchmark it writes and prints one JSON object: tau (mean tokens emitted per decode step,
 bonus included), conditional acceptance by draft position (accepted / reached, where a position
@@ -10,20 +10,29 @@ is reached when it was verified and every earlier draft was accepted), the fract
 draft tokens that were rejected, mean verify width, step time and tokens/s of speculative and of
 target-only decoding (same target, same prompts, same process), and for greedy decoding how many
 outputs equal the target-only output; `draft_step_ms` is the median time of one draft proposal.
-`acceptance.png` plots acceptance by position. The default --out is RUN/eval/step-N-tT.
+`acceptance.png` plots acceptance by position. The default --out is RUN/eval/step-N-tT. Each
+benchmark's JSON is written as soon as it is complete. The first prompt is decoded once untimed
+first (CUDA-graph capture, allocations); graphs of longer contexts are still captured on first
+use inside the timing. `--no-baseline` skips target-only decoding (tau and acceptance only);
+`--procs N` decodes the items in N processes at once (GPUs round-robin) and adds up their sums:
+tau and acceptance are the same as one process's, speeds are not single-stream figures.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import queue as queue_module
 import sys
 import time
+import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 from tqdm import tqdm
 
+from splitserve import checkpoint
 from splitserve.target.chat import prompt_ids
 
 from . import cli
@@ -59,6 +68,16 @@ class Tally:
             "tokens_per_s": self.tokens / self.wall_s,
         }
 
+    def merged(self, others) -> Tally:
+        """A new Tally holding this one's sums plus the others' (shards of one benchmark)."""
+        out = Tally(self.gamma)
+        for t in (self, *others):
+            for f in ("tokens", "emitted", "steps", "wall_s", "verified", "accepted", "width_sum"):
+                setattr(out, f, getattr(out, f) + getattr(t, f))
+            out.reached = [a + b for a, b in zip(out.reached, t.reached, strict=True)]
+            out.hits = [a + b for a, b in zip(out.hits, t.hits, strict=True)]
+        return out
+
     def add(self, res: DecodeResult, wall_s: float) -> None:
         self.tokens += len(res.token_ids)
         self.steps += res.steps
@@ -87,47 +106,69 @@ def _timed(
     return res, time.perf_counter() - t0
 
 
-def run_bench(
-    decoder: SpeculativeDecoder, tok, items: list[list[str]], args, desc: str = ""
+def tally_bench(
+    decoder: SpeculativeDecoder, tok, items: list[tuple[int, list[str]]], args, desc: str = ""
 ) -> dict:
-    baseline = SpeculativeDecoder(
-        decoder.target, None, runtime=decoder.runtime, max_len=decoder.max_len
-    )
+    """Decode every (index, item) speculatively and, unless --no-baseline, target-only (item i
+    is seeded with --seed + i, so a shard decodes its items as the whole run would). Returns the
+    raw sums `report` needs, which add up across shards."""
+    baseline = None
+    if not args.no_baseline:
+        baseline = SpeculativeDecoder(
+            decoder.target, None, runtime=decoder.runtime, max_len=decoder.max_len
+        )
     spec, base = Tally(decoder.gamma), Tally(1)
     identical = turns = 0
-    for i, item in enumerate(tqdm(items, desc=desc, unit="item", dynamic_ncols=True)):
+    if items:  # untimed warm-up: the first prompt's graphs (and allocations) outside the timing
+        warm = prompt_ids(tok, [{"role": "user", "content": items[0][1][0]}])
+        for d in (decoder, baseline):
+            if d is not None:
+                d.generate(warm, args.max_new_tokens, temperature=args.temperature, seed=0)
+    for i, item in tqdm(items, desc=desc, unit="item", dynamic_ncols=True, disable=desc is None):
         spec_msgs, base_msgs = [], []
         for turn in item:
             spec_msgs.append({"role": "user", "content": turn})
-            base_msgs.append({"role": "user", "content": turn})
             seed = args.seed + i
             res, wall = _timed(decoder, prompt_ids(tok, spec_msgs), args, tok.eos_token_id, seed)
-            ref, ref_wall = _timed(
-                baseline, prompt_ids(tok, base_msgs), args, tok.eos_token_id, seed
-            )
             spec.add(res, wall)
-            base.add(ref, ref_wall)
             turns += 1
-            identical += int(res.token_ids == ref.token_ids)
-            spec_msgs.append(
-                {
-                    "role": "assistant",
-                    "content": tok.decode(res.token_ids, skip_special_tokens=True),
-                }
-            )
-            base_msgs.append(
-                {
-                    "role": "assistant",
-                    "content": tok.decode(ref.token_ids, skip_special_tokens=True),
-                }
-            )
-    report = {
-        "items": len(items),
-        "turns": turns,
+            spec_msgs.append(_assistant(tok, res))
+            if baseline is not None:
+                base_msgs.append({"role": "user", "content": turn})
+                ref, ref_wall = _timed(
+                    baseline, prompt_ids(tok, base_msgs), args, tok.eos_token_id, seed
+                )
+                base.add(ref, ref_wall)
+                identical += int(res.token_ids == ref.token_ids)
+                base_msgs.append(_assistant(tok, ref))
+    return {"spec": spec, "base": base if baseline is not None else None,
+            "identical": identical, "turns": turns, "items": len(items)}  # fmt: skip
+
+
+def _assistant(tok, res: DecodeResult) -> dict:
+    return {"role": "assistant", "content": tok.decode(res.token_ids, skip_special_tokens=True)}
+
+
+def merge_sums(parts: list[dict]) -> dict:
+    """The sums of several shards' `tally_bench` results."""
+    out = {"spec": parts[0]["spec"].merged(p["spec"] for p in parts[1:])}
+    bases = [p["base"] for p in parts]
+    out["base"] = None if bases[0] is None else bases[0].merged(bases[1:])
+    for key in ("identical", "turns", "items"):
+        out[key] = sum(p[key] for p in parts)
+    return out
+
+
+def report(sums: dict, gamma: int, scheduler: str, args) -> dict:
+    """The benchmark's report from its sums (see the module docstring)."""
+    spec, base = sums["spec"], sums["base"]
+    rep = {
+        "items": sums["items"],
+        "turns": sums["turns"],
         "temperature": args.temperature,
         "max_new_tokens": args.max_new_tokens,
-        "block_size": decoder.gamma,
-        "scheduler": decoder.scheduler.mode,
+        "block_size": gamma,
+        "scheduler": scheduler,
         "tau": spec.emitted / max(1, spec.steps),
         "acceptance_by_position": [
             h / r if r else None for h, r in zip(spec.hits, spec.reached, strict=True)
@@ -138,17 +179,106 @@ def run_bench(
         else 0.0,
         "mean_verify_width": spec.width_sum / max(1, spec.steps),
         "speculative": spec.speed(),
-        "target_only": base.speed(),
+        "target_only": base.speed() if base is not None else None,
+        "procs": args.procs,
     }
-    report["speedup"] = (
-        report["speculative"]["tokens_per_s"] / report["target_only"]["tokens_per_s"]
+    rep["speedup"] = (
+        rep["speculative"]["tokens_per_s"] / rep["target_only"]["tokens_per_s"]
+        if base is not None
+        else None
     )
-    report["draft_step_ms"] = 1000 * decoder.draft_step_seconds(
+    if args.procs > 1:
+        rep["timing_note"] = (
+            f"{args.procs} processes decoded at once on shared devices: speeds and the speedup "
+            "are not single-stream figures (run with --procs 1 for those)"
+        )
+    if args.temperature == 0 and base is not None:
+        rep["identical_to_target_only"] = f"{sums['identical']}/{sums['turns']}"
+    return rep
+
+
+def run_bench(
+    decoder: SpeculativeDecoder, tok, items: list[list[str]], args, desc: str = ""
+) -> dict:
+    """One benchmark in this process: its report, with the draft's proposal time."""
+    sums = tally_bench(decoder, tok, list(enumerate(items)), args, desc)
+    rep = report(sums, decoder.gamma, decoder.scheduler.mode, args)
+    rep["draft_step_ms"] = _draft_step_ms(decoder, tok, items)
+    return rep
+
+
+def _draft_step_ms(decoder: SpeculativeDecoder, tok, items: list[list[str]]) -> float:
+    return 1000 * decoder.draft_step_seconds(
         prompt_ids(tok, [{"role": "user", "content": items[0][0]}])
     )
-    if args.temperature == 0:
-        report["identical_to_target_only"] = f"{identical}/{turns}"
-    return report
+
+
+def _shard_main(args, items: dict[str, list[list[str]]], shard: int, queue) -> None:
+    """One of --procs processes: a decoder on GPU `shard` mod the GPU count (where the device is
+    a GPU), decoding items shard, shard + procs, ... of each benchmark; puts each benchmark's
+    sums on `queue` as soon as they are done, or the error that stopped it."""
+    try:
+        if args.device in ("auto", "cuda") and torch.cuda.is_available():
+            args.device = f"cuda:{shard % torch.cuda.device_count()}"
+        else:  # CPU decoders share the cores instead of each taking all of them
+            torch.set_num_threads(max(1, (os.cpu_count() or 1) // args.procs))
+        decoder, tok = decoder_from_args(args)
+        info = {"gamma": decoder.gamma, "scheduler": decoder.scheduler.mode}
+        for bench, its in items.items():
+            mine = list(enumerate(its))[shard :: args.procs]
+            desc = f"{bench} (shard 1 of {args.procs})" if shard == 0 else None
+            sums = tally_bench(decoder, tok, mine, args, desc)
+            if shard == 0:
+                sums["draft_step_ms"] = _draft_step_ms(decoder, tok, its)
+            queue.put(("sums", shard, bench, sums, info))
+    except (ValueError, FileNotFoundError, NotImplementedError) as exc:
+        queue.put(("error", shard, str(exc), True))
+    except BaseException:
+        queue.put(("error", shard, traceback.format_exc(), False))
+        raise
+
+
+def run_sharded(items: dict[str, list[list[str]]], args, write) -> None:
+    """Every benchmark over --procs processes at once; when all of them have finished a
+    benchmark, its sums are added into one report and handed to `write(bench, report)` (tau and
+    acceptance are exact; timings are under contention)."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    queue = ctx.Queue()
+    procs = [
+        ctx.Process(target=_shard_main, args=(args, items, k, queue), daemon=True)
+        for k in range(args.procs)
+    ]
+    for p in procs:
+        p.start()
+    parts: dict[str, dict[int, dict]] = {b: {} for b in items}
+    try:
+        while any(len(got) < args.procs for got in parts.values()):
+            try:
+                msg = queue.get(timeout=5)
+            except queue_module.Empty:
+                dead = [k for k, p in enumerate(procs) if p.exitcode not in (None, 0)]
+                if dead:
+                    raise RuntimeError(
+                        f"decoding process {dead[0]} exited with code {procs[dead[0]].exitcode}"
+                    ) from None
+                continue
+            if msg[0] == "error":
+                _, k, text, expected = msg
+                raise (ValueError if expected else RuntimeError)(f"decoding process {k}: {text}")
+            _, k, bench, sums, info = msg
+            parts[bench][k] = sums
+            if len(parts[bench]) == args.procs:
+                shards = [parts[bench][j] for j in range(args.procs)]
+                rep = report(merge_sums(shards), info["gamma"], info["scheduler"], args)
+                rep["draft_step_ms"] = shards[0]["draft_step_ms"]
+                write(bench, rep)
+    finally:
+        for p in procs:
+            p.join(timeout=10)
+            if p.is_alive():
+                p.terminate()
 
 
 def plot_acceptance(reports: dict[str, dict], path: Path, title: str) -> dict:
@@ -226,6 +356,18 @@ def build_parser():
     ap.add_argument("--seed", type=cli.NON_NEGATIVE, default=0, help="sampling seed of item 0")
     ap.add_argument("--out", type=Path, help="output directory (default: RUN/eval/step-N-tT)")
     ap.add_argument(
+        "--no-baseline",
+        action="store_true",
+        help="skip target-only decoding (no speedup, no identity check): tau and acceptance only",
+    )
+    ap.add_argument(
+        "--procs",
+        type=cli.POSITIVE,
+        default=1,
+        help="decoding processes sharing the items (GPUs round-robin); >1: tau and acceptance "
+        "are exact, speeds are not single-stream",
+    )
+    ap.add_argument(
         "--no-plot", action="store_true", help="skip acceptance.png (no matplotlib needed)"
     )
     return ap
@@ -235,25 +377,30 @@ def main(argv=None) -> int:
     ap = build_parser()
     args = ap.parse_args(argv)
     benches = [b for b in args.bench.split(",") if b]
+    reports: dict[str, dict] = {}
+
+    def write(bench: str, rep: dict) -> None:
+        """Each benchmark's report as soon as it is complete (a later failure loses none)."""
+        rep = {"bench": bench, "checkpoint": str(ckpt), **rep}
+        out.mkdir(parents=True, exist_ok=True)
+        (out / f"{bench}.json").write_text(json.dumps(rep, indent=1))
+        print(json.dumps(rep), flush=True)
+        reports[bench] = rep
+
     try:
         items = {b: load_bench(b, args.limit) for b in benches}
-        decoder, tok = decoder_from_args(args)
+        ckpt = checkpoint.resolve(args.checkpoint).resolve()
+        out = args.out or ckpt.parent.parent / "eval" / f"{ckpt.name}-t{args.temperature:g}"
+        args.checkpoint = ckpt  # resolved once (a run directory: its newest checkpoint)
+        if args.procs == 1:
+            decoder, tok = decoder_from_args(args)
+            for bench in benches:
+                write(bench, run_bench(decoder, tok, items[bench], args, bench))
+        else:
+            run_sharded(items, args, write)
     except (ValueError, FileNotFoundError, NotImplementedError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    ckpt = args.checkpoint.resolve()
-    out = args.out or ckpt.parent.parent / "eval" / f"{ckpt.name}-t{args.temperature:g}"
-    out.mkdir(parents=True, exist_ok=True)
-    reports = {}
-    for bench in benches:
-        report = {
-            "bench": bench,
-            "checkpoint": str(ckpt),
-            **run_bench(decoder, tok, items[bench], args, bench),
-        }
-        (out / f"{bench}.json").write_text(json.dumps(report, indent=1))
-        print(json.dumps(report))
-        reports[bench] = report
     if not args.no_plot:
         plot_acceptance(
             reports,

@@ -1,10 +1,11 @@
 """Profile the verify step rate by width on this device and write the SPS table SGLang reads.
 
     python -m serving.profile_sps --out sps.json [--target DIR] [--widths 1 2 4 8 16] \
-        [--context 512] [--repeats 5]
+        [--context 512] [--repeats 5] [--runtime auto|eager|static]
 
 For each width B, the target runs B tokens over a KV cache already holding `--context` tokens
-(exactly what one verify step of the reference decoder does), then the cache is cropped back;
+on the engine decoding uses (`--runtime`, as serving.generate picks it: the static runtime's
+CUDA graphs on a GPU where the target is Llama-family), then the cache is rewound;
 the median over repeats gives steps per second. The default target is the embedded SmolLM2.
 """
 
@@ -16,49 +17,54 @@ import time
 from pathlib import Path
 
 import torch
-from transformers import DynamicCache
 
 from splitserve.target.linear_state import crop_cache
-from splitserve.target.models import cache_kwarg, load_causal_lm
+from splitserve.target.models import load_causal_lm
+from splitserve.target.runtime.engines import RUNTIMES, make_engine
 
 from . import cli
 from .sps import SpsTable
 
 
-def profile(target, widths: list[int], context: int, repeats: int, device) -> SpsTable:
+def profile(
+    target, widths: list[int], context: int, repeats: int, device, runtime: str = "eager"
+) -> SpsTable:
+    """Verify steps/s by width on the engine `runtime` makes of `target` (as decoding does)."""
     if not widths or widths != sorted(set(widths)) or widths[0] < 1:
         raise ValueError(f"--widths must be strictly increasing integers >= 1, got {widths}")
     if context < 1 or repeats < 1:
         raise ValueError("--context and --repeats must be >= 1")
     vocab = target.config.get_text_config().vocab_size
+    max_len = context + widths[-1] + 1
+    engine = make_engine(target, [], runtime, max_len=max_len, widths=list(widths))
     g = torch.Generator().manual_seed(0)
-    # hybrid (linear-attention) targets need their layer kinds
-    cache = DynamicCache(config=target.config)
+    rates = []
     with torch.no_grad():
-        target(
-            input_ids=torch.randint(0, vocab, (1, context), generator=g).to(device),
-            **cache_kwarg(target, cache),
-            use_cache=True,
-        )
-        rates = []
+        engine.begin(max_len)
+        engine.forward(torch.randint(0, vocab, (context,), generator=g).to(device), 0)
         for w in widths:
-            ids = torch.randint(0, vocab, (1, w), generator=g).to(device)
-            pos = torch.arange(context, context + w, device=device)[None]
+            ids = torch.randint(0, vocab, (w,), generator=g).to(device)
             times = []
-            for _ in range(repeats + 1):  # the first is a warm-up
+            for _ in range(repeats + 1):  # the first is a warm-up (and a graph's capture)
                 if device.type == "cuda":
                     torch.cuda.synchronize()
                 t0 = time.perf_counter()
-                target(
-                    input_ids=ids, position_ids=pos, **cache_kwarg(target, cache), use_cache=True
-                )
+                engine.forward(ids, context)
                 if device.type == "cuda":
                     torch.cuda.synchronize()
                 times.append(time.perf_counter() - t0)
-                # back to `context` (linear layers' state is irrelevant to timing)
-                crop_cache(cache, w)
+                _rewind(engine, w)
             rates.append(1.0 / statistics.median(times[1:]))
+        engine.close()
     return SpsTable(list(widths), rates, widths[-1])
+
+
+def _rewind(engine, width: int) -> None:
+    """Back to `context` cached tokens: the eager engine's cache drops the block (linear layers'
+    state does not change the timing); the static cache is overwritten in place by the next
+    step."""
+    if getattr(engine, "cache", None) is not None:
+        crop_cache(engine.cache, width)
 
 
 def build_parser():
@@ -79,6 +85,13 @@ def build_parser():
         "--context", type=cli.POSITIVE, default=512, help="tokens already in the KV cache"
     )
     ap.add_argument("--repeats", type=cli.POSITIVE, default=5, help="timed steps per width")
+    ap.add_argument(
+        "--runtime",
+        default="auto",
+        choices=list(RUNTIMES),
+        help="the engine timed, as decoding picks it: static = static KV cache and one CUDA "
+        "graph per width (Llama-family targets on a GPU); auto: static where it applies",
+    )
     return ap
 
 
@@ -94,11 +107,12 @@ def main(argv=None) -> int:
             raise FileNotFoundError(f"{args.target} is not a HF model directory (no config.json)")
         device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
         target = load_causal_lm(args.target, device, "auto")
-        table = profile(target, args.widths, args.context, args.repeats, device)
+        table = profile(target, args.widths, args.context, args.repeats, device, args.runtime)
     except (ValueError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     args.out.write_text(table.to_json())
+    print(f"runtime {args.runtime}, context {args.context}")
     for w, r in zip(table.sample_batch_tokens, table.sample_steps_per_sec, strict=True):
         print(f"width {w:>4}: {r:8.1f} steps/s")
     return 0

@@ -155,3 +155,9 @@ def test_profile_sps_writes_a_table_sglang_can_read(tmp_path, capfd):
     }
     assert profile_main(["--out", str(out), "--target", str(target), "--widths", "4", "2"]) == 2
     assert "strictly increasing" in capfd.readouterr().err
+    # the static runtime's engine (eager on CPU: the same step code its graphs capture on a GPU)
+    static = tmp_path / "static.json"
+    argv = ["--out", str(static), "--target", str(target), "--widths", "1", "4"]
+    assert profile_main(argv + ["--context", "16", "--repeats", "2", "--runtime", "static"]) == 0
+    assert "runtime static" in capfd.readouterr().out
+    assert SpsTable.load(static).sample_batch_tokens == [1, 4]

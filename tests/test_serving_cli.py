@@ -313,3 +313,30 @@ def test_the_acceptance_plot_marks_unreached_positions(tmp_path):
     assert drawn["unreached"] == {"gsm8k": [3, 4], "mtbench": [4]}
     assert "draft position" in drawn["xlabel"] and "acceptance rate" in drawn["ylabel"]
     assert (tmp_path / "a.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_evaluate_over_processes_adds_up_to_one_process(dspark_ckpt, tmp_path, capsys):
+    """--procs 2 splits the items between two decoding processes; their sums make the same report
+    (tau, acceptance, tokens) as one process; --no-baseline skips target-only decoding."""
+    common = ["--checkpoint", str(dspark_ckpt), "--bench", "gsm8k,mtbench", "--limit", "3"]
+    common += ["--max-new-tokens", "8", "--no-plot", "--device", "cpu"]
+    assert evaluate_main(common + ["--out", str(tmp_path / "one")]) == 0
+    assert (
+        evaluate_main(common + ["--procs", "2", "--no-baseline", "--out", str(tmp_path / "two")])
+        == 0
+    )
+    for bench in ("gsm8k", "mtbench"):
+        one = json.loads((tmp_path / "one" / f"{bench}.json").read_text())
+        two = json.loads((tmp_path / "two" / f"{bench}.json").read_text())
+        for key in ("items", "turns", "tau", "acceptance_by_position", "reached_by_position"):
+            assert one[key] == two[key], key
+        assert one["speculative"]["tokens"] == two["speculative"]["tokens"]
+        assert one["speculative"]["steps"] == two["speculative"]["steps"]
+        assert two["target_only"] is None and two["speedup"] is None
+        assert "identical_to_target_only" not in two and "timing_note" in two
+    assert one["turns"] == 6  # MT-Bench: both turns of 3 questions
+    # a decoding process's error is named, and nothing is written
+    bad = tmp_path / "bad"
+    assert evaluate_main(common + ["--procs", "2", "--block-size", "99", "--out", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "error: decoding process" in err and "block" in err and not bad.exists()

@@ -39,6 +39,31 @@ TINY = [
 ]
 
 
+# +recipe=smol_gpu shrunk to run on CPU in seconds (its sizes, not its settings), and two steps
+SMOL_GPU_SHRUNK = [
+    "+recipe=smol_gpu",
+    "split.device=cpu",
+    "target.max_new_tokens=6",
+    "target.generate_batch=2",
+    "data.max_length=96",
+    "data.max_prompt_tokens=64",
+    "data.eval_prompts=1",
+    "data.sources=[{kind:gsm8k,path:null,limit:20,weight:1}]",
+    "draft.num_layers=1",
+    "draft.markov_rank=16",
+    "log.wandb_mode=disabled",
+    "log.progress=false",
+]
+SMOL_GPU_STEPS = [
+    "train.steps=2",
+    "train.micro_batch=1",
+    "train.num_anchors=8",
+    "train.warmup_steps=1",
+    "train.checkpoint_every=2",
+    "train.eval_every=0",
+]
+
+
 def compose_cfg(overrides):
     with initialize_config_dir(str(ROOT / "conf"), version_base="1.3"):
         return compose("config", overrides=overrides)
@@ -176,31 +201,7 @@ def test_smol_gpu_recipe_holds_its_budget_and_runs_shrunk_on_cpu(tmp_path):
     assert (loss.confidence_weight, loss.position_decay) == (1.0, 4.0)
     assert cfg.data.max_length == 1024 and len(cfg.target.sampling) == 3
     assert (cfg.target.backend, cfg.split.device) == ("static", "cuda")
-    summary = run(
-        compose_cfg(
-            [
-                "+recipe=smol_gpu",
-                "split.device=cpu",
-                "train.steps=2",
-                "train.micro_batch=1",
-                "train.num_anchors=8",
-                "train.warmup_steps=1",
-                "train.checkpoint_every=2",
-                "train.eval_every=0",
-                "target.max_new_tokens=6",
-                "target.generate_batch=2",
-                "data.max_length=96",
-                "data.max_prompt_tokens=64",
-                "data.eval_prompts=1",
-                "data.sources=[{kind:gsm8k,path:null,limit:20,weight:1}]",
-                "draft.num_layers=1",
-                "draft.markov_rank=16",
-                "log.wandb_mode=disabled",
-                "log.progress=false",
-            ]
-        ),
-        tmp_path / "smol_gpu",
-    )
+    summary = run(compose_cfg(SMOL_GPU_SHRUNK + SMOL_GPU_STEPS), tmp_path / "smol_gpu")
     assert summary["steps"] == 2
 
 

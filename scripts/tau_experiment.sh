@@ -1,0 +1,174 @@
+#!/usr/bin/env bash
+# Issue 13's equal-budget experiment on one machine (docs/ablations/tau_h200.md), in phases so
+# each fits one device call:
+#
+#   bash scripts/tau_experiment.sh regen        # the target's answers, once (a process per GPU)
+#   bash scripts/tau_experiment.sh train        # DSpark, DFlash, EAGLE-3 on them (background)
+#   bash scripts/tau_experiment.sh wait runs S  # until the three runs end, or S seconds
+#   bash scripts/tau_experiment.sh eval         # tau by benchmark, greedy and T=1, and DSpark's
+#   bash scripts/tau_experiment.sh wait eval S  #   budget curve (background; reports as done)
+#   bash scripts/tau_experiment.sh taus         # the tau of every report written so far
+#   bash scripts/tau_experiment.sh speed        # single-stream speedups; STS, SPS, schedulers
+#   bash scripts/tau_experiment.sh pack OUT     # export DSpark, checksums, results archive
+#
+# Background phases run under setsid (they outlive the call that started them while the machine
+# stays warm); `wait` polls them. Measured on two H200s (docs/ablations/tau_h200.md): regen
+# ~96 samples/s per GPU; the three runs at once ~1.27 steps/s each (16 samples, 512 anchors);
+# evaluation with 28 decoding processes ~5.5 answers/s (128 tokens) in all.
+#
+# Every draft sees the same samples: the data are regenerated once by `splitserve.regenerate`
+# with the recipe's target settings (+recipe=smol_gpu: three sampling settings, answers up to
+# 512 tokens, sequences up to 1,024) and every run trains on that file with
+# target.regenerate=false (its target only prefills, to capture hidden states).
+# Environment: W (work dir), SAMPLES (the budget), GPUS, PROCS (decoding processes per
+# evaluation), LIMIT (items per benchmark), TOKENS (new tokens per answer), SPEED_LIMIT, EXTRA
+# (overrides added to every command, e.g. to shrink it on CPU), REGEN_EXTRA (to regeneration
+# only, e.g. a smaller prompt pool).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+W=${W:-/tmp/tau}
+SAMPLES=${SAMPLES:-16000}
+MICRO=${MICRO:-16}
+GPUS=${GPUS:-2}
+PROCS=${PROCS:-3}
+LIMIT=${LIMIT:-200}  # GSM8K 200 of its test set, MT-Bench all 80, HumanEval all 164
+TOKENS=${TOKENS:-128}
+SPEED_LIMIT=${SPEED_LIMIT:-50}
+EVAL_HELD=${EVAL_HELD:-32}
+EXTRA=${EXTRA:-}
+REGEN_EXTRA=${REGEN_EXTRA:-}
+STEPS=$((SAMPLES / MICRO))
+PY=${PY:-python}
+mkdir -p "$W"
+
+waitall() {  # wait for every pid given; fail if any failed
+  local rc=0
+  for p in "$@"; do wait "$p" || rc=1; done
+  return $rc
+}
+
+case "${1:-}" in
+regen)
+  pids=()
+  for k in $(seq 0 $((GPUS - 1))); do
+    CUDA_VISIBLE_DEVICES=$k $PY -m splitserve.regenerate --out "$W/regen$k.jsonl" \
+      --samples $((SAMPLES + EVAL_HELD)) --shard "$k/$GPUS" +recipe=smol_gpu $EXTRA \
+      $REGEN_EXTRA > "$W/regen$k.log" 2>&1 &
+    pids+=($!)
+  done
+  waitall "${pids[@]}" || { tail -n 20 "$W"/regen*.log; exit 1; }
+  cat "$W"/regen[0-9]*.jsonl > "$W/regen.jsonl"
+  tail -q -n 1 "$W"/regen[0-9]*.log
+  wc -l "$W/regen.jsonl"
+  ;;
+train)
+  common=(+recipe=smol_gpu target.regenerate=false
+    "data.sources=[{kind:jsonl_chat,path:$W/regen.jsonl,limit:null,weight:1}]"
+    data.eval_prompts=$EVAL_HELD train.micro_batch=$MICRO train.steps=$STEPS
+    train.warmup_steps=$((STEPS * 4 / 100)) train.checkpoint_every=$((STEPS / 4))
+    train.eval_every=$((STEPS / 4)) train.keep_checkpoints=4 split.target_procs=1
+    split.trainer_procs=1 log.wandb_mode=disabled log.progress=false $EXTRA)
+  mkdir -p "$W/runs"
+  # targets and trainers spread over the two GPUs: DSpark 0 -> 1, DFlash 1 -> 0, EAGLE-3 0 -> 1
+  CUDA_VISIBLE_DEVICES=0,1 setsid nohup $PY -m splitserve.train "${common[@]}" \
+    hydra.run.dir="$W/runs/dspark" > "$W/runs/dspark.log" 2>&1 &
+  echo $! > "$W/runs/dspark.pid"
+  CUDA_VISIBLE_DEVICES=1,0 setsid nohup $PY -m splitserve.train "${common[@]}" draft=dflash \
+    hydra.run.dir="$W/runs/dflash" > "$W/runs/dflash.log" 2>&1 &
+  echo $! > "$W/runs/dflash.pid"
+  CUDA_VISIBLE_DEVICES=0,1 setsid nohup $PY -m splitserve.train "${common[@]}" draft=eagle3 \
+    draft.num_layers=1 hydra.run.dir="$W/runs/eagle3" > "$W/runs/eagle3.log" 2>&1 &
+  echo $! > "$W/runs/eagle3.pid"
+  echo "started: $STEPS steps x $MICRO samples each"
+  ;;
+wait)
+  group=${2:?wait needs a group: runs or eval}
+  end=$((SECONDS + ${3:-540}))
+  while :; do
+    alive=0
+    for f in "$W/$group"/*.pid; do
+      kill -0 "$(cat "$f")" 2> /dev/null && alive=$((alive + 1))
+    done
+    if [ "$group" = runs ]; then
+      for d in dspark dflash eagle3; do
+        last=$(tail -n 1 "$W/runs/$d/metrics.jsonl" 2> /dev/null | cut -c1-160 || true)
+        echo "$(date +%T) $d: $last"
+      done
+    else
+      echo "$(date +%T) $(ls "$W"/eval/*/*.json 2> /dev/null | wc -l) reports written, $alive running"
+    fi
+    [ "$alive" = 0 ] && break
+    [ $SECONDS -ge $end ] && { echo "still running: $alive"; exit 0; }
+    sleep 30
+  done
+  for f in "$W/$group"/*.log; do echo "== $f"; tail -n 4 "$f" | cut -c1-400; done
+  ;;
+eval)
+  mkdir -p "$W/eval"
+  start() {  # name, then serving.evaluate's flags: in the background, its pid kept
+    local name=$1
+    shift
+    setsid nohup $PY -m serving.evaluate --no-baseline --no-plot --max-new-tokens $TOKENS \
+      --out "$W/eval/$name" "$@" > "$W/eval/$name.log" 2>&1 &
+    echo $! > "$W/eval/$name.pid"
+  }
+  for d in dspark dflash eagle3; do
+    for t in 0 1; do
+      start "$d-t$t" --checkpoint "$W/runs/$d" --bench gsm8k,mtbench,humaneval --limit $LIMIT \
+        --temperature $t --procs $PROCS
+    done
+  done
+  # DSpark's budget curve: its earlier checkpoints on GSM8K, greedy
+  for c in "$W"/runs/dspark/checkpoints/step-*; do
+    start "curve-$(basename "$c")" --checkpoint "$c" --bench gsm8k --limit $LIMIT --procs 2
+  done
+  echo "started: $(ls "$W"/eval/*.pid | wc -l) evaluations"
+  ;;
+taus)
+  for f in "$W"/eval/*/*.json "$W"/speed/*/*.json; do
+    [ -f "$f" ] || continue
+    $PY -c "import json,sys; r=json.load(open(sys.argv[1])); print(sys.argv[1], round(r['tau'],3), r['turns'], r.get('speedup'))" "$f"
+  done
+  ;;
+speed)
+  mkdir -p "$W/speed"
+  one() {  # name, GPU, extra flags: serving.evaluate alone on that GPU, with target-only
+    CUDA_VISIBLE_DEVICES=$2 $PY -m serving.evaluate --checkpoint "$W/runs/$3" --bench gsm8k \
+      --limit $SPEED_LIMIT --max-new-tokens $TOKENS --no-plot --out "$W/speed/$1" "${@:4}" \
+      > "$W/speed/$1.log" 2>&1
+  }
+  one dspark-fixed 0 dspark & a=$!
+  one dflash-fixed 1 dflash & b=$!
+  waitall $a $b
+  one eagle3-fixed 0 eagle3 & a=$!
+  CUDA_VISIBLE_DEVICES=1 $PY -m serving.calibrate --checkpoint "$W/runs/dspark" \
+    --out "$W/speed/sts.json" --max-new-tokens $TOKENS > "$W/speed/calibrate.log" 2>&1 & b=$!
+  waitall $a $b
+  CUDA_VISIBLE_DEVICES=0 $PY -m serving.profile_sps --out "$W/speed/sps.json" \
+    > "$W/speed/profile_sps.log" 2>&1
+  one dspark-threshold 0 dspark --scheduler threshold --sts "$W/speed/sts.json" & a=$!
+  one dspark-prefix 1 dspark --scheduler prefix --sps "$W/speed/sps.json" \
+    --sts "$W/speed/sts.json" & b=$!
+  waitall $a $b
+  cat "$W/speed/calibrate.log" "$W/speed/profile_sps.log"
+  ;;
+pack)
+  out=${2:?pack needs an output directory}
+  # DSpark's export (SGLang serves DSpark drafts only; the baselines keep their checkpoints)
+  $PY -m serving.export --checkpoint "$W/runs/dspark" --out "$W/export/dspark" \
+    --max-shard-mb 15 > "$W/export.log" 2>&1
+  (cd "$W" && sha256sum runs/*/checkpoints/step-*/draft/model*.safetensors export/dspark/* \
+    > checksums.txt)
+  mkdir -p "$W/speed"
+  tar -czf "$out/results.tar.gz" -C "$W" checksums.txt eval speed export.log \
+    runs/dspark.log runs/dflash.log runs/eagle3.log \
+    $(cd "$W" && ls runs/*/metrics.jsonl runs/*/.hydra/overrides.yaml regen*.log 2> /dev/null) \
+    $(cd "$W" && ls runs/*/checkpoints/step-*/draft/draft_config.json 2> /dev/null)
+  cp "$W"/export/dspark/* "$out/"  # to start a later run from (train.init_from)
+  ls -la "$out"
+  ;;
+*)
+  sed -n '2,20p' "$0"
+  exit 2
+  ;;
+esac

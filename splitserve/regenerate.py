@@ -1,0 +1,173 @@
+"""`python -m splitserve.regenerate --out FILE --samples N [--shard K/M] [-- overrides]`: the
+target's answers to a run's training prompt stream, written once as a jsonl_chat file.
+
+Why: drafts compared at an equal budget should train on the same samples, and regenerating is
+most of a target's work. A file written here trains any number of drafts with
+`data.sources=[{kind: jsonl_chat, path: FILE}] target.regenerate=false`: the target then only
+prefills each sample to capture its hidden states. Sample g here is the sample an online run with
+the same overrides regenerates as sample g (same prompt, sampling setting g mod len(settings),
+same seed); its answer passes through text once (decoded here, tokenized again by the chat
+template when training), and an answer cut at its token budget ends with the template's
+end-of-turn like any other (each line records `ended`: the answer is shorter than its budget).
+
+`--shard K/M` writes samples g = K, K + M, ... (one process per GPU; concatenate the files).
+The file is written as FILE.partial and renamed when complete; an existing FILE is never
+overwritten. An answer empty as text (the target ended at once: 4 of 16,032 on an H200 with
++recipe=smol_gpu) is left out, since a jsonl_chat reader refuses it; the summary counts them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from .data import PromptStream, load_prompts, prompt_turns
+
+CONF = Path(__file__).resolve().parents[1] / "conf"
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    try:
+        k, m = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--shard {text!r}: expected K/M, e.g. 0/2") from None
+    if m < 1 or not 0 <= k < m:
+        raise argparse.ArgumentTypeError(f"--shard {text!r}: need 0 <= K < M")
+    return k, m
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(
+        prog="python -m splitserve.regenerate",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    ap.add_argument("--out", type=Path, required=True, help="jsonl_chat file to write")
+    ap.add_argument("--samples", type=int, required=True, help="samples 0..N-1 of the stream")
+    ap.add_argument("--shard", type=parse_shard, default=(0, 1), help="K/M: samples g = K mod M")
+    ap.add_argument("--device", default="auto", help="auto (GPU when available) | cpu | cuda[:i]")
+    ap.add_argument(
+        "overrides", nargs="*", help="the training run's Hydra overrides, e.g. +recipe=smol_gpu"
+    )
+    return ap
+
+
+def compose_run_config(overrides: list[str]):
+    """The RunConfig a training run with these overrides uses."""
+    from hydra import compose, initialize_config_dir
+
+    from .config import load_run_config
+    from .train import store_hydra_configs
+
+    store_hydra_configs()
+    with initialize_config_dir(str(CONF), version_base="1.3"):
+        return load_run_config(compose("config", overrides=list(overrides)))
+
+
+def target_and_stream(cfg, device: torch.device):
+    """(target backend, training prompt stream) as a run's target worker builds them."""
+    from .target.backends import TargetSetup, make_backend
+    from .target.models import load_target_spec, prepare_target_dir
+
+    model_dir = prepare_target_dir(cfg.target, seed=cfg.train.seed)
+    draft = cfg.draft.resolve(load_target_spec(model_dir))
+    stream = PromptStream(load_prompts(cfg.data).train, cfg.data.shuffle_seed)
+    backend = make_backend(
+        TargetSetup(
+            model_dir=model_dir,
+            cfg=cfg.target,
+            layer_ids=draft.target_layer_ids,
+            device=device,
+            seed=cfg.train.seed,
+            max_length=cfg.data.max_length,
+            max_prompt_tokens=cfg.data.max_prompt_tokens,
+        )
+    )
+    return backend, stream
+
+
+def run(args) -> dict:
+    """Write the file; returns a summary (samples, new tokens, rate)."""
+    if args.samples < 1:
+        raise ValueError(f"--samples must be >= 1, got {args.samples}")
+    if args.out.exists():
+        raise FileExistsError(f"{args.out} exists; regeneration never overwrites a file")
+    cfg = compose_run_config(args.overrides)
+    if not cfg.target.regenerate:
+        raise ValueError("target.regenerate=false: there is nothing to regenerate")
+    device = torch.device(
+        ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
+    )
+    backend, stream = target_and_stream(cfg, device)
+    k, m = args.shard
+    gs = list(range(k, args.samples, m))
+    window = backend.window or len(gs)  # 0: one stream over every sample
+    partial = args.out.with_name(args.out.name + ".partial")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    new_tokens = ended = empty = 0
+    t0 = time.perf_counter()
+    with partial.open("w") as f, tqdm(total=len(gs), unit="sample", dynamic_ncols=True) as bar:
+        for w in range(0, len(gs), window):
+            part = gs[w : w + window]
+            convs = [stream[g] for g in part]
+            for i, sample in backend.produce_stream(part, convs):
+                row = answer_row(backend, part[i], convs[i], sample)
+                bar.update(1)
+                if row is None:
+                    empty += 1
+                    continue
+                f.write(json.dumps(row) + "\n")
+                new_tokens += row["new_tokens"]
+                ended += row["ended"]
+    partial.rename(args.out)
+    wall = time.perf_counter() - t0
+    return {
+        "out": str(args.out),
+        "samples": len(gs),
+        "written": len(gs) - empty,
+        "skipped_empty": empty,
+        "shard": f"{k}/{m}",
+        "new_tokens": new_tokens,
+        "ended_by_target": ended,
+        "wall_s": round(wall, 2),
+        "samples_per_s": round(len(gs) / wall, 2),
+    }
+
+
+def answer_row(backend, g: int, conversation, sample) -> dict | None:
+    """Sample g's line: the prompt turns and the target's answer as text; None when the answer
+    is empty as text (the target ended at once, or made only special tokens), which a
+    jsonl_chat reader refuses."""
+    mask = sample.loss_mask.bool()
+    answer = sample.input_ids[mask].tolist()
+    text = backend.tokenizer.decode(answer, skip_special_tokens=True)
+    if not text.strip():
+        return None
+    return {
+        "messages": prompt_turns(conversation) + [{"role": "assistant", "content": text}],
+        "g": g,
+        "new_tokens": len(answer),
+        # shorter than its budget: the target stopped by itself
+        "ended": len(answer) < backend.budget(int((~mask).sum())),
+    }
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        summary = run(args)
+    except (ValueError, FileNotFoundError, FileExistsError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

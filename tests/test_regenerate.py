@@ -1,0 +1,68 @@
+"""splitserve.regenerate: the target's answers written once, as an online run would make them,
+then trained on by a run that does not regenerate (the real SmolLM2 target on CPU)."""
+
+import json
+from types import SimpleNamespace
+
+import torch
+from test_training import SMOL_GPU_SHRUNK as SHRUNK
+from test_training import SMOL_GPU_STEPS, compose_cfg
+
+from splitserve.regenerate import answer_row, compose_run_config, main, target_and_stream
+from splitserve.train import run
+
+
+def test_regenerated_shards_hold_the_online_samples_and_train_a_draft(tmp_path, capsys):
+    parts = [tmp_path / f"part{k}.jsonl" for k in (0, 1)]
+    for k, out in enumerate(parts):
+        argv = ["--out", str(out), "--samples", "5", "--shard", f"{k}/2", "--device", "cpu"]
+        assert main(argv + SHRUNK) == 0
+        assert not out.with_name(out.name + ".partial").exists()
+    rows = [[json.loads(x) for x in p.read_text().splitlines()] for p in parts]
+    assert sorted(r["g"] for r in rows[0]) == [0, 2, 4]
+    assert sorted(r["g"] for r in rows[1]) == [1, 3]
+    summary = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert summary["samples"] == 2 and summary["shard"] == "1/2"
+
+    # line g is what an online run's target makes as sample g (prompt, setting, seed)
+    backend, stream = target_and_stream(compose_run_config(SHRUNK), torch.device("cpu"))
+    by_g = {r["g"]: r for part in rows for r in part}
+    for g in (1, 4):  # settings 1 and 1 of 3: temperature 1 and 0.7 (sampled, seeded)
+        sample = backend.produce(g, stream[g])
+        answer = sample.input_ids[sample.loss_mask.bool()]
+        row = by_g[g]
+        assert row["new_tokens"] == answer.numel() <= 6
+        assert row["messages"][-1] == {
+            "role": "assistant",
+            "content": backend.tokenizer.decode(answer, skip_special_tokens=True),
+        }
+        assert row["messages"][:-1] == [m for m in stream[g] if m["role"] != "assistant"][:1]
+
+    # an answer that is empty as text (the target ended at once) is left out of the file
+    eos = backend.tokenizer.eos_token_id
+    prompt = backend.prompt(stream[0])
+    for answer, kept in (([eos], False), (backend.tokenizer.encode("Yes.") + [eos], True)):
+        ids, mask = backend.with_mask(prompt, answer)
+        row = answer_row(backend, 0, stream[0], SimpleNamespace(input_ids=ids, loss_mask=mask))
+        assert (row is not None) == kept
+    assert row["messages"][-1]["content"] == "Yes." and row["ended"]
+
+    # an existing file is never overwritten
+    before = parts[0].read_text()
+    assert main(["--out", str(parts[0]), "--samples", "5", "--device", "cpu"] + SHRUNK) == 2
+    assert "exists" in capsys.readouterr().err and parts[0].read_text() == before
+
+    both = tmp_path / "regenerated.jsonl"
+    both.write_text(before + parts[1].read_text())
+    summary = run(
+        compose_cfg(
+            SHRUNK
+            + SMOL_GPU_STEPS
+            + [
+                "target.regenerate=false",
+                f"data.sources=[{{kind:jsonl_chat,path:{both},limit:null,weight:1}}]",
+            ]
+        ),
+        tmp_path / "run",
+    )
+    assert summary["steps"] == 2

@@ -1,0 +1,56 @@
+"""scripts/tau_table.py: the issue-13 table assembled from serving.evaluate's report files."""
+
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from tau_table import assemble  # noqa: E402  (scripts/)
+
+TAUS = {"dspark": 2.0, "dflash": 1.5, "eagle3": 1.8}
+
+
+def write(path: Path, data) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data) if isinstance(data, dict) else data)
+
+
+def test_table_keeps_the_issue_shape_and_computes_the_goals(tmp_path):
+    for d, tau in TAUS.items():
+        for t, bump in (("t0", 0.2), ("t1", 0.0)):
+            for k, bench in enumerate(("gsm8k", "mtbench", "humaneval")):
+                rep = {"tau": tau + bump - 0.1 * k, "acceptance_by_position": [0.5, None]}
+                write(tmp_path / "eval" / f"{d}-{t}" / f"{bench}.json", {**rep, "turns": 4})
+        steps = [{"step": s, "loss": 3.0 / s} for s in (1, 2)]
+        steps[-1] |= {"eval_loss": 1.25, "eval_sim_tau": 1.5}
+        lines = [json.dumps(r) for r in [{"event": "resumed", "step": 0}, *steps]]
+        write(tmp_path / "runs" / d / "metrics.jsonl", "\n".join(lines) + "\n")
+    del_bench = tmp_path / "eval" / "eagle3-t1" / "humaneval.json"
+    del_bench.unlink()  # a missing report: its macro is unknown, not averaged over fewer
+    write(tmp_path / "eval" / "curve-step-00000250" / "gsm8k.json", {"tau": 1.5})
+    write(tmp_path / "eval" / "curve-step-00000010" / "gsm8k.json", {"tau": 1.1})
+    speed = {"tau": 2.0, "speedup": 1.25, "mean_verify_width": 8.0, "items": 5}
+    speed |= {"speculative": {"tokens_per_s": 500.0, "step_ms": 4.0}}
+    speed |= {"target_only": {"tokens_per_s": 400.0}, "identical_to_target_only": "5/5"}
+    write(tmp_path / "speed" / "dspark-fixed" / "gsm8k.json", speed)
+    write(tmp_path / "checksums.txt", "ab12  runs/dspark/draft/model.safetensors\n")
+
+    out = assemble(tmp_path, 4000, 16, ["cmd"], ["a note"])
+    assert out["dspark"]["gsm8k"] == {"greedy": 2.2, "t1": 2.0}
+    assert out["dspark"]["macro"] == {"greedy": 2.1, "t1": 1.9}
+    assert out["eagle3"]["humaneval"]["t1"] is None and out["eagle3"]["macro"]["t1"] is None
+    assert out["budget_samples"] == 4000 and out["commands"] == ["cmd"]
+    assert out["notes"] == ["a note"]
+    assert [c["samples"] for c in out["budget_curve_dspark"]] == [160, 4000]
+    assert out["acceptance_by_position"]["dflash"]["mtbench"]["greedy"] == [0.5, None]
+    assert out["speed_gsm8k"]["dspark-fixed"]["speedup"] == 1.25
+    assert out["training"]["dspark"]["evals"] == [{"step": 2, "loss": 1.25, "sim_tau": 1.5}]
+    assert out["training"]["dspark"]["first_loss"] == 3.0
+    assert out["sha256"] == {"runs/dspark/draft/model.safetensors": "ab12"}
+    goals = out["goals"]
+    assert goals["dspark greedy tau gsm8k >= 3.5"] == {"value": 2.2, "limit": 3.5, "met": False}
+    assert goals["dspark macro tau T=1 >= 1.10 x dflash"]["met"] is True  # 1.9 >= 1.54
+    assert goals["dspark macro tau T=1 > eagle3"] is None  # eagle3's T=1 macro is unknown
+    assert goals["speculative >= 2x target-only on the runtime (gsm8k)"]["met"] is False
