@@ -30,7 +30,7 @@ W=${W:-/tmp/tau}
 SAMPLES=${SAMPLES:-16000}
 MICRO=${MICRO:-16}
 GPUS=${GPUS:-2}
-PROCS=${PROCS:-3}
+PROCS=${PROCS:-$((2 * GPUS))}  # a multiple of GPUS: shards go to GPUs round-robin
 LIMIT=${LIMIT:-200}  # GSM8K 200 of its test set, MT-Bench all 80, HumanEval all 164
 TOKENS=${TOKENS:-128}
 SPEED_LIMIT=${SPEED_LIMIT:-50}
@@ -57,7 +57,10 @@ regen)
     pids+=($!)
   done
   waitall "${pids[@]}" || { tail -n 20 "$W"/regen*.log; exit 1; }
-  cat "$W"/regen[0-9]*.jsonl > "$W/regen.jsonl"
+  # one file in sample-id order: the last EVAL_HELD lines (held out) are the highest ids
+  $PY -c "import json, sys; rows = [x for f in sys.argv[1:] for x in open(f)]
+rows.sort(key=lambda x: json.loads(x)['g']); sys.stdout.writelines(rows)" \
+    "$W"/regen[0-9]*.jsonl > "$W/regen.jsonl"
   tail -q -n 1 "$W"/regen[0-9]*.log
   wc -l "$W/regen.jsonl"
   ;;
@@ -137,19 +140,20 @@ speed)
       --limit $SPEED_LIMIT --max-new-tokens $TOKENS --no-plot --out "$W/speed/$1" "${@:4}" \
       > "$W/speed/$1.log" 2>&1
   }
+  failed() { tail -n 20 "$W"/speed/*.log; exit 1; }
   one dspark-fixed 0 dspark & a=$!
   one dflash-fixed 1 dflash & b=$!
-  waitall $a $b
+  waitall $a $b || failed
   one eagle3-fixed 0 eagle3 & a=$!
   CUDA_VISIBLE_DEVICES=1 $PY -m serving.calibrate --checkpoint "$W/runs/dspark" \
     --out "$W/speed/sts.json" --max-new-tokens $TOKENS > "$W/speed/calibrate.log" 2>&1 & b=$!
-  waitall $a $b
+  waitall $a $b || failed
   CUDA_VISIBLE_DEVICES=0 $PY -m serving.profile_sps --out "$W/speed/sps.json" \
-    > "$W/speed/profile_sps.log" 2>&1
+    > "$W/speed/profile_sps.log" 2>&1 || failed
   one dspark-threshold 0 dspark --scheduler threshold --sts "$W/speed/sts.json" & a=$!
   one dspark-prefix 1 dspark --scheduler prefix --sps "$W/speed/sps.json" \
     --sts "$W/speed/sts.json" & b=$!
-  waitall $a $b
+  waitall $a $b || failed
   cat "$W/speed/calibrate.log" "$W/speed/profile_sps.log"
   ;;
 pack)

@@ -2,7 +2,7 @@
 
     python scripts/tau_table.py --results DIR --out docs/ablations/tau_h200.json
 
-DIR holds `eval/<draft>-t<T>/<bench>.json` (serving.evaluate, tau-only, all items),
+DIR holds `eval/<draft>-t<T>/<bench>.json` (serving.evaluate, tau-only, the items evaluated),
 `eval/curve-step-N/gsm8k.json` (DSpark's earlier checkpoints), `speed/<name>/gsm8k.json`
 (single-stream runs with target-only decoding), `speed/sts.json`, `speed/sps.json` and
 `runs/<draft>/metrics.jsonl`. The table keeps the issue's shape ({draft: {bench: {greedy, t1}}},
@@ -54,7 +54,7 @@ def assemble(
         table[d], acceptance[d] = row, acc
     curve = []
     for p in sorted(results.glob("eval/curve-step-*/gsm8k.json")):
-        step = int(re.search(r"step-(\d+)", str(p)).group(1))
+        step = int(re.fullmatch(r"curve-step-(\d+)", p.parent.name).group(1))
         curve.append(
             {"step": step, "samples": step * micro, "tau_gsm8k_greedy": _r(_load(p)["tau"])}
         )

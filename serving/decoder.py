@@ -40,6 +40,8 @@ from splitserve.target.runtime.graphs import capture
 
 from .scheduler import SchedulerConfig, fixed_length, single_request_length
 
+MAX_LEN = 4096  # positions one request may use by default (the static cache's length)
+
 
 @dataclass
 class DecodeResult:
@@ -144,7 +146,7 @@ class SpeculativeDecoder:
         block_size: int | None = None,
         verify_widths: Sequence[int] | None = None,
         runtime: str = "auto",
-        max_len: int = 4096,
+        max_len: int = MAX_LEN,
     ) -> None:
         """`runtime`: how the target runs (splitserve.target.runtime.make_engine: eager, static =
         static KV cache with one CUDA graph per verify width on a GPU, auto = static where the

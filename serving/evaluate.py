@@ -258,10 +258,16 @@ def run_sharded(items: dict[str, list[list[str]]], args, write) -> None:
             try:
                 msg = queue.get(timeout=5)
             except queue_module.Empty:
-                dead = [k for k, p in enumerate(procs) if p.exitcode not in (None, 0)]
-                if dead:
+                # a process that ended before reporting every benchmark (the queue is drained)
+                gone = [
+                    k
+                    for k, p in enumerate(procs)
+                    if p.exitcode is not None and any(k not in got for got in parts.values())
+                ]
+                if gone:
                     raise RuntimeError(
-                        f"decoding process {dead[0]} exited with code {procs[dead[0]].exitcode}"
+                        f"decoding process {gone[0]} exited (code {procs[gone[0]].exitcode}) "
+                        "before reporting every benchmark"
                     ) from None
                 continue
             if msg[0] == "error":

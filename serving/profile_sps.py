@@ -23,6 +23,7 @@ from splitserve.target.models import load_causal_lm
 from splitserve.target.runtime.engines import RUNTIMES, make_engine
 
 from . import cli
+from .decoder import MAX_LEN
 from .sps import SpsTable
 
 
@@ -35,8 +36,10 @@ def profile(
     if context < 1 or repeats < 1:
         raise ValueError("--context and --repeats must be >= 1")
     vocab = target.config.get_text_config().vocab_size
-    max_len = context + widths[-1] + 1
+    # the decoder's cache length: the static engine attends over the same length bucket
+    max_len = max(MAX_LEN, context + widths[-1] + 1)
     engine = make_engine(target, [], runtime, max_len=max_len, widths=list(widths))
+    print(f"engine {type(engine).__name__}, context {context}")
     g = torch.Generator().manual_seed(0)
     rates = []
     with torch.no_grad():
@@ -112,7 +115,6 @@ def main(argv=None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     args.out.write_text(table.to_json())
-    print(f"runtime {args.runtime}, context {args.context}")
     for w, r in zip(table.sample_batch_tokens, table.sample_steps_per_sec, strict=True):
         print(f"width {w:>4}: {r:8.1f} steps/s")
     return 0

@@ -4,16 +4,23 @@ target's answers to a run's training prompt stream, written once as a jsonl_chat
 Why: drafts compared at an equal budget should train on the same samples, and regenerating is
 most of a target's work. A file written here trains any number of drafts with
 `data.sources=[{kind: jsonl_chat, path: FILE}] target.regenerate=false`: the target then only
-prefills each sample to capture its hidden states. Sample g here is the sample an online run with
-the same overrides regenerates as sample g (same prompt, sampling setting g mod len(settings),
-same seed); its answer passes through text once (decoded here, tokenized again by the chat
-template when training), and an answer cut at its token budget ends with the template's
-end-of-turn like any other (each line records `ended`: the answer is shorter than its budget).
+prefills each sample to capture its hidden states. Line g holds the sample an online run with the
+same overrides regenerates as sample g (same prompt, sampling setting g mod len(settings), same
+seed; exactly so for batch-invariant backends such as `static`; the `hf` backend seeds a window
+of samples together, so its sampled answers differ from an online run's); its answer passes
+through text once (decoded here, tokenized again by the chat template when training), and an
+answer cut at its token budget ends with the template's end-of-turn like any other (each line
+records `ended`: the answer is shorter than its budget).
 
-`--shard K/M` writes samples g = K, K + M, ... (one process per GPU; concatenate the files).
-The file is written as FILE.partial and renamed when complete; an existing FILE is never
-overwritten. An answer empty as text (the target ended at once: 4 of 16,032 on an H200 with
-+recipe=smol_gpu) is left out, since a jsonl_chat reader refuses it; the summary counts them.
+Left out, and counted in the summary: samples whose prompt is longer than
+`data.max_prompt_tokens` (the target answers only the prompt's end, which a conversation cannot
+hold; trained whole, the draft would see a context the answer was not made from), and answers
+empty as text (the target ended at once; a jsonl_chat reader refuses them).
+
+`--shard K/M` writes samples g = K, K + M, ... (one process per GPU); merge the files by `g`
+(lines are in g order within each file, so the last lines, which training holds out, are the
+highest ids, not the answers that took longest). The file is written as FILE.partial and renamed
+when complete; an existing FILE is never overwritten.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ import torch
 from tqdm import tqdm
 
 from .data import PromptStream, load_prompts, prompt_turns
+from .target.chat import prompt_ids
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 
@@ -105,12 +113,25 @@ def run(args) -> dict:
         ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
     )
     backend, stream = target_and_stream(cfg, device)
+    if not backend.batch_invariant:
+        print(
+            f"note: target.backend={cfg.target.backend} seeds a window of samples together: "
+            "sampled answers here differ from an online run's (greedy ones do not)",
+            file=sys.stderr,
+        )
     k, m = args.shard
-    gs = list(range(k, args.samples, m))
+    tok = backend.tokenizer
+    limit = cfg.data.max_prompt_tokens
+    gs = [
+        g
+        for g in range(k, args.samples, m)
+        if len(prompt_ids(tok, prompt_turns(stream[g]))) <= limit
+    ]
+    long_prompts = len(range(k, args.samples, m)) - len(gs)
     window = backend.window or len(gs)  # 0: one stream over every sample
     partial = args.out.with_name(args.out.name + ".partial")
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    new_tokens = ended = empty = 0
+    rows = []
     t0 = time.perf_counter()
     with partial.open("w") as f, tqdm(total=len(gs), unit="sample", dynamic_ncols=True) as bar:
         for w in range(0, len(gs), window):
@@ -119,22 +140,22 @@ def run(args) -> dict:
             for i, sample in backend.produce_stream(part, convs):
                 row = answer_row(backend, part[i], convs[i], sample)
                 bar.update(1)
-                if row is None:
-                    empty += 1
-                    continue
-                f.write(json.dumps(row) + "\n")
-                new_tokens += row["new_tokens"]
-                ended += row["ended"]
+                if row is not None:
+                    f.write(json.dumps(row) + "\n")  # as they finish: kept if interrupted
+                    rows.append(row)
+    rows.sort(key=lambda r: r["g"])
+    partial.write_text("".join(json.dumps(r) + "\n" for r in rows))
     partial.rename(args.out)
     wall = time.perf_counter() - t0
     return {
         "out": str(args.out),
-        "samples": len(gs),
-        "written": len(gs) - empty,
-        "skipped_empty": empty,
+        "samples": len(gs) + long_prompts,
+        "written": len(rows),
+        "skipped_long_prompt": long_prompts,
+        "skipped_empty": len(gs) - len(rows),
         "shard": f"{k}/{m}",
-        "new_tokens": new_tokens,
-        "ended_by_target": ended,
+        "new_tokens": sum(r["new_tokens"] for r in rows),
+        "ended_by_target": sum(r["ended"] for r in rows),
         "wall_s": round(wall, 2),
         "samples_per_s": round(len(gs) / wall, 2),
     }

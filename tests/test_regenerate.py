@@ -5,29 +5,34 @@ import json
 from types import SimpleNamespace
 
 import torch
-from test_training import SMOL_GPU_SHRUNK as SHRUNK
-from test_training import SMOL_GPU_STEPS, compose_cfg
+from test_training import SMOL_GPU_SHRUNK, SMOL_GPU_STEPS, compose_cfg
 
 from splitserve.regenerate import answer_row, compose_run_config, main, target_and_stream
 from splitserve.train import run
 
+# the rendered prompts of samples 0..5 are 57, 95, 101, 94, 137, 61 tokens long: 2 and 4 are
+# longer than max_prompt_tokens here
+SHRUNK = SMOL_GPU_SHRUNK + ["data.max_prompt_tokens=100", "data.max_length=160"]
+
 
 def test_regenerated_shards_hold_the_online_samples_and_train_a_draft(tmp_path, capsys):
     parts = [tmp_path / f"part{k}.jsonl" for k in (0, 1)]
+    summaries = []
     for k, out in enumerate(parts):
-        argv = ["--out", str(out), "--samples", "5", "--shard", f"{k}/2", "--device", "cpu"]
+        argv = ["--out", str(out), "--samples", "6", "--shard", f"{k}/2", "--device", "cpu"]
         assert main(argv + SHRUNK) == 0
         assert not out.with_name(out.name + ".partial").exists()
+        summaries.append(json.loads(capsys.readouterr().out.splitlines()[-1]))
     rows = [[json.loads(x) for x in p.read_text().splitlines()] for p in parts]
-    assert sorted(r["g"] for r in rows[0]) == [0, 2, 4]
-    assert sorted(r["g"] for r in rows[1]) == [1, 3]
-    summary = json.loads(capsys.readouterr().out.splitlines()[-1])
-    assert summary["samples"] == 2 and summary["shard"] == "1/2"
+    # in sample-id order; prompts longer than data.max_prompt_tokens are left out and counted
+    assert [r["g"] for r in rows[0]] == [0] and [r["g"] for r in rows[1]] == [1, 3, 5]
+    assert summaries[0]["skipped_long_prompt"] == 2 and summaries[0]["written"] == 1
+    assert summaries[1]["samples"] == 3 and summaries[1]["shard"] == "1/2"
 
     # line g is what an online run's target makes as sample g (prompt, setting, seed)
     backend, stream = target_and_stream(compose_run_config(SHRUNK), torch.device("cpu"))
     by_g = {r["g"]: r for part in rows for r in part}
-    for g in (1, 4):  # settings 1 and 1 of 3: temperature 1 and 0.7 (sampled, seeded)
+    for g in (3, 1, 5):  # settings 0, 1, 2: greedy, temperature 1 and 0.7 (sampled, seeded)
         sample = backend.produce(g, stream[g])
         answer = sample.input_ids[sample.loss_mask.bool()]
         row = by_g[g]

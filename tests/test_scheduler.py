@@ -159,5 +159,5 @@ def test_profile_sps_writes_a_table_sglang_can_read(tmp_path, capfd):
     static = tmp_path / "static.json"
     argv = ["--out", str(static), "--target", str(target), "--widths", "1", "4"]
     assert profile_main(argv + ["--context", "16", "--repeats", "2", "--runtime", "static"]) == 0
-    assert "runtime static" in capfd.readouterr().out
+    assert "engine StaticEngine, context 16" in capfd.readouterr().out
     assert SpsTable.load(static).sample_batch_tokens == [1, 4]

@@ -335,6 +335,15 @@ def test_evaluate_over_processes_adds_up_to_one_process(dspark_ckpt, tmp_path, c
         assert two["target_only"] is None and two["speedup"] is None
         assert "identical_to_target_only" not in two and "timing_note" in two
     assert one["turns"] == 6  # MT-Bench: both turns of 3 questions
+    # sampling: item i is seeded with --seed + i in whichever process decodes it
+    t1 = ["--checkpoint", str(dspark_ckpt), "--bench", "gsm8k", "--limit", "3", "--device", "cpu"]
+    t1 += ["--max-new-tokens", "8", "--no-plot", "--no-baseline", "--temperature", "1"]
+    assert evaluate_main(t1 + ["--out", str(tmp_path / "one_t1")]) == 0
+    assert evaluate_main(t1 + ["--procs", "2", "--out", str(tmp_path / "two_t1")]) == 0
+    one = json.loads((tmp_path / "one_t1" / "gsm8k.json").read_text())
+    two = json.loads((tmp_path / "two_t1" / "gsm8k.json").read_text())
+    for key in ("tau", "acceptance_by_position", "reached_by_position"):
+        assert one[key] == two[key], key
     # a decoding process's error is named, and nothing is written
     bad = tmp_path / "bad"
     assert evaluate_main(common + ["--procs", "2", "--block-size", "99", "--out", str(bad)]) == 2
