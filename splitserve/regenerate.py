@@ -58,7 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ap.add_argument("--out", type=Path, required=True, help="jsonl_chat file to write")
     ap.add_argument("--samples", type=int, required=True, help="samples 0..N-1 of the stream")
-    ap.add_argument("--shard", type=parse_shard, default=(0, 1), help="K/M: samples g = K mod M")
+    ap.add_argument("--shard", type=parse_shard, default="0/1", help="K/M: samples g = K mod M")
     ap.add_argument("--device", default="auto", help="auto (GPU when available) | cpu | cuda[:i]")
     ap.add_argument(
         "overrides", nargs="*", help="the training run's Hydra overrides, e.g. +recipe=smol_gpu"
@@ -180,10 +180,15 @@ def answer_row(backend, g: int, conversation, sample) -> dict | None:
 
 
 def main(argv=None) -> int:
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
     args = build_parser().parse_args(argv)
     try:
         summary = run(args)
-    except (ValueError, FileNotFoundError, FileExistsError) as exc:
+    except (
+        ValueError, FileNotFoundError, FileExistsError, HydraException, OmegaConfBaseException
+    ) as exc:  # fmt: skip
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(json.dumps(summary))

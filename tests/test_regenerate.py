@@ -52,6 +52,10 @@ def test_regenerated_shards_hold_the_online_samples_and_train_a_draft(tmp_path, 
         assert (row is not None) == kept
     assert row["messages"][-1]["content"] == "Yes." and row["ended"]
 
+    # a bad override is named, before any target is loaded
+    assert main(["--out", str(tmp_path / "x.jsonl"), "--samples", "1", "train.nope=1"]) == 2
+    assert "Could not override 'train.nope'" in capsys.readouterr().err
+
     # an existing file is never overwritten
     before = parts[0].read_text()
     assert main(["--out", str(parts[0]), "--samples", "5", "--device", "cpu"] + SHRUNK) == 2
