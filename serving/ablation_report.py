@@ -34,9 +34,7 @@ BOOKKEEPING = (
 def _param_count(ckpt: Path) -> int:
     """Draft parameters, from the weight files' headers (one file or its shards)."""
     total = 0
-    for name in checkpoint.weight_files(ckpt / "draft"):
-        if name.endswith(".json"):
-            continue
+    for name in checkpoint.tensor_files(ckpt / "draft"):
         with safe_open(str(ckpt / "draft" / name), "pt") as f:
             for key in f.keys():
                 n = 1

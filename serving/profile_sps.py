@@ -18,7 +18,6 @@ from pathlib import Path
 
 import torch
 
-from splitserve.target.linear_state import crop_cache
 from splitserve.target.models import load_causal_lm
 from splitserve.target.runtime.engines import RUNTIMES, make_engine
 
@@ -56,18 +55,10 @@ def profile(
                 if device.type == "cuda":
                     torch.cuda.synchronize()
                 times.append(time.perf_counter() - t0)
-                _rewind(engine, w)
+                engine.rewind(w)  # back to `context` cached tokens
             rates.append(1.0 / statistics.median(times[1:]))
         engine.close()
     return SpsTable(list(widths), rates, widths[-1])
-
-
-def _rewind(engine, width: int) -> None:
-    """Back to `context` cached tokens: the eager engine's cache drops the block (linear layers'
-    state does not change the timing); the static cache is overwritten in place by the next
-    step."""
-    if getattr(engine, "cache", None) is not None:
-        crop_cache(engine.cache, width)
 
 
 def build_parser():

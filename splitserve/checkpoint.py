@@ -96,6 +96,11 @@ def weight_files(directory: Path) -> list[str]:
     return [index.name, *shards]
 
 
+def tensor_files(directory: Path) -> list[str]:
+    """`weight_files` without the index: the files that hold tensors."""
+    return [n for n in weight_files(directory) if n != Path(DRAFT_INDEX).name]
+
+
 def load_weights(directory: Path) -> dict[str, torch.Tensor]:
     """Every tensor of `directory`'s weights (one file or its shards); ValueError naming a file
     that cannot be read."""
@@ -103,9 +108,7 @@ def load_weights(directory: Path) -> dict[str, torch.Tensor]:
     from safetensors.torch import load_file
 
     out: dict[str, torch.Tensor] = {}
-    for name in weight_files(directory):
-        if name.endswith(".json"):
-            continue
+    for name in tensor_files(directory):
         try:
             out.update(load_file(str(directory / name)))
         except (SafetensorError, FileNotFoundError) as exc:

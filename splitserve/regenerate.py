@@ -80,23 +80,13 @@ def compose_run_config(overrides: list[str]):
 
 def target_and_stream(cfg, device: torch.device):
     """(target backend, training prompt stream) as a run's target worker builds them."""
-    from .target.backends import TargetSetup, make_backend
     from .target.models import load_target_spec, prepare_target_dir
+    from .workers import make_target
 
     model_dir = prepare_target_dir(cfg.target, seed=cfg.train.seed)
     draft = cfg.draft.resolve(load_target_spec(model_dir))
     stream = PromptStream(load_prompts(cfg.data).train, cfg.data.shuffle_seed)
-    backend = make_backend(
-        TargetSetup(
-            model_dir=model_dir,
-            cfg=cfg.target,
-            layer_ids=draft.target_layer_ids,
-            device=device,
-            seed=cfg.train.seed,
-            max_length=cfg.data.max_length,
-            max_prompt_tokens=cfg.data.max_prompt_tokens,
-        )
-    )
+    backend = make_target(cfg, model_dir, device, draft.target_layer_ids)
     return backend, stream
 
 

@@ -108,17 +108,20 @@ def _link(ctx: RunContext, link_rank: int, device: torch.device) -> Link:
     )
 
 
-def make_target(ctx: RunContext, device: torch.device, draft_layer_ids: list[int]) -> TargetBackend:
-    """The configured target backend (`target.backend`, from the registry) for this worker."""
+def make_target(
+    cfg: RunConfig, model_dir, device: torch.device, draft_layer_ids: list[int]
+) -> TargetBackend:
+    """The configured target backend (`target.backend`, from the registry) of a run's target
+    worker (also splitserve.regenerate's)."""
     return make_backend(
         TargetSetup(
-            model_dir=Path(ctx.model_dir),
-            cfg=ctx.cfg.target,
+            model_dir=Path(model_dir),
+            cfg=cfg.target,
             layer_ids=list(draft_layer_ids),
             device=device,
-            seed=ctx.cfg.train.seed,
-            max_length=ctx.cfg.data.max_length,
-            max_prompt_tokens=ctx.cfg.data.max_prompt_tokens,
+            seed=cfg.train.seed,
+            max_length=cfg.data.max_length,
+            max_prompt_tokens=cfg.data.max_prompt_tokens,
         )
     )
 
@@ -189,7 +192,7 @@ def target_main(index: int, ctx: RunContext) -> None:
     _setup_process(ctx)
     device = _device(ctx, "target", index)
     link = _link(ctx, index, device)
-    target = make_target(ctx, device, ctx.target_layer_ids)
+    target = make_target(ctx.cfg, ctx.model_dir, device, ctx.target_layer_ids)
     t = ctx.topology
     ids = list(t.target_samples(index, ctx.start_step, ctx.cfg.train.steps))
     produce = lambda g: target.produce(g, ctx.conversation(g))  # noqa: E731
@@ -531,7 +534,7 @@ def colocated_main(ctx: RunContext) -> None:
         raise ValueError("split.colocated runs exactly one target and one trainer")
     device = _device(ctx, "trainer", 0)
     trainer = _build_trainer(ctx, 0, device)
-    target = make_target(ctx, device, trainer.draft_cfg.target_layer_ids)
+    target = make_target(ctx.cfg, ctx.model_dir, device, trainer.draft_cfg.target_layer_ids)
     ids = iter(t.trainer_samples(0, ctx.start_step, ctx.cfg.train.steps))
 
     def next_sample():

@@ -73,6 +73,10 @@ class EagerEngine:
             self.stager.commit(self.cache, accepted)
         crop_cache(self.cache, width - accepted - 1)  # rejected drafts and padding
 
+    def rewind(self, n: int) -> None:
+        """Drop the last n cached positions (timing loops; linear layers' state stays)."""
+        crop_cache(self.cache, n)
+
     def close(self) -> None:
         self._staging.close()
         self._staging = contextlib.ExitStack()
@@ -150,6 +154,9 @@ class StaticEngine:
 
     def accept(self, width: int, accepted: int) -> None:
         pass  # the next step overwrites the rejected positions before any query sees them
+
+    def rewind(self, n: int) -> None:
+        pass  # likewise: positions are written by the step that uses them
 
     def close(self) -> None:
         pass
