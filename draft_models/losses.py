@@ -12,11 +12,12 @@ data parallelism the denominator is that sum over every rank's micro-batch and t
 scaled by the number of ranks (`weight_total`, `scale`; see DraftTrainer.train_step), so every
 supervised token of a micro-step weighs the same whatever rank it lands on, as in DeepSpec.
 
-Memory bound: only `chunk_rows` predictions have vocabulary-wide tensors alive at a time, and
-each chunk runs under activation checkpointing, so its logits are recomputed in backward instead
-of being stored. Peak extra memory is about 8 x chunk_rows x vocab x 4 bytes (fp32 logits,
-log-probs and probabilities of draft and target, plus their gradients in backward), independent
-of the number of anchors and of the context length.
+Memory bound: only `chunk_rows` predictions have vocabulary-wide tensors alive at a time. The
+training path (`_FusedObjective`) computes each chunk's gradient with respect to its inputs in
+the same pass as its value, from closed forms, so nothing vocabulary-wide is kept for backward
+or recomputed; peak extra memory is about 7 x chunk_rows x vocab x 4 bytes, independent of the
+number of anchors and of the context length. The reference form (`fused=False`: autograd, each
+chunk under activation checkpointing) defines the objective; the tests hold the two equal.
 """
 
 from __future__ import annotations
@@ -54,7 +55,8 @@ def position_weights(gamma: int, decay: float, device=None) -> torch.Tensor:
 
 
 def _chunk_terms(hidden, latent, conf_logit, target_hidden, labels, lm_head, w2, divergence):
-    """Per-row loss terms and metrics for one chunk. Rows: predictions; all outputs [rows]."""
+    """Per-row loss terms and metrics for one chunk, by autograd (the reference form of the
+    objective; `fused=False`). Rows: predictions; all outputs [rows]."""
     if latent is not None:
         logits = (
             torch.cat((hidden, latent.to(hidden.dtype)), -1)
@@ -82,6 +84,125 @@ def _chunk_terms(hidden, latent, conf_logit, target_hidden, labels, lm_head, w2,
     return torch.stack((ce, distill, conf)), torch.stack((c_star, top1))
 
 
+def _reference_terms(rows_in, lm_head, w2, cfg: LossConfig):
+    """terms [3, rows] and metrics [2, rows] by autograd, each chunk under activation
+    checkpointing (its vocabulary-wide tensors are recomputed in backward)."""
+    hidden, latent, conf_logit, target_hidden, labels = rows_in
+    terms, metrics = [], []
+    for start in range(0, hidden.shape[0], cfg.chunk_rows):
+        sl = slice(start, start + cfg.chunk_rows)
+        args = (
+            hidden[sl],
+            None if latent is None else latent[sl],
+            None if conf_logit is None else conf_logit[sl],
+            target_hidden[sl],
+            labels[sl],
+            lm_head,
+            w2,
+            cfg.divergence,
+        )
+        t, m = (
+            checkpoint(_chunk_terms, *args, use_reentrant=False)
+            if hidden.requires_grad
+            else _chunk_terms(*args)
+        )
+        terms.append(t)
+        metrics.append(m)
+    return torch.cat(terms, 1), torch.cat(metrics, 1)
+
+
+class _FusedObjective(torch.autograd.Function):
+    """The objective with its gradient computed in the same pass as its value.
+
+    Every term is a function of a row's logits z = [h ; latent] @ [E ; W2]^T, and its gradient
+    with respect to z has a closed form (p_d = softmax(z), p_t the target's distribution, e_y the
+    label's one-hot, s = sign(p_d - p_t)):
+      CE: p_d - e_y        TV: p_d * (s - <s, p_d>)        forward KL: p_d * sum(p_t) - p_t
+    (c* is a constant label, so the confidence term's gradient reaches only its logit). The
+    forward pass therefore keeps just the rows' input gradients ([rows, hidden]) and W2's
+    ([vocab, rank]), never a vocabulary-wide tensor: no recomputation in backward, no autograd
+    graph over [rows, vocab] (about 3x fewer full-vocabulary passes than the reference, and one
+    backward kernel instead of a chunk's worth). Inputs: x = [h ; latent] rows, `coef_rows`
+    [3, rows] = term weight x position weight x scale / W for each row."""
+
+    @staticmethod
+    def forward(ctx, x, conf_logit, w2, weight, target_hidden, labels, coef_rows, cfg, need_grad):
+        rows, width = x.shape
+        hdim = target_hidden.shape[1]
+        terms = x.new_empty((3, rows), dtype=torch.float32)
+        metrics = x.new_empty((2, rows), dtype=torch.float32)
+        grad_x = torch.zeros_like(x) if need_grad else None
+        grad_w2 = (
+            torch.zeros(w2.shape, dtype=torch.float32, device=x.device)
+            if need_grad and w2 is not None
+            else None
+        )
+        lm_head = weight[:, :hdim]
+        for start in range(0, rows, cfg.chunk_rows):
+            sl = slice(start, start + cfg.chunk_rows)
+            logp_d = F.log_softmax((x[sl] @ weight.T).float(), dim=-1)
+            logp_t = F.log_softmax((target_hidden[sl] @ lm_head.T).float(), dim=-1)
+            p_d, p_t = logp_d.exp(), logp_t.exp()
+            lab = labels[sl, None]
+            terms[0, sl] = -logp_d.gather(-1, lab).squeeze(-1)
+            metrics[1, sl] = (logp_d.argmax(-1) == logp_t.argmax(-1)).float()
+            diff = p_d - p_t
+            l1 = diff.abs().sum(-1)
+            if cfg.divergence == "forward_kl":
+                terms[1, sl] = (p_t * (logp_t - logp_d)).sum(-1)
+                g = p_d * p_t.sum(-1, keepdim=True) - p_t if need_grad else None
+            else:
+                terms[1, sl] = l1
+                if need_grad:
+                    g = diff.sign_().mul_(p_d)  # s * p_d, in place of diff
+                    g.addcmul_(p_d, g.sum(-1, keepdim=True), value=-1.0)
+            del logp_d, logp_t, diff
+            metrics[0, sl] = (1.0 - 0.5 * l1).clamp(0.0, 1.0)
+            if need_grad:
+                # d loss / d z = coef_ce * (p_d - e_y) + coef_distill * g, per row
+                g.mul_(coef_rows[1, sl, None]).add_(p_d * coef_rows[0, sl, None])
+                g.scatter_add_(-1, lab, -coef_rows[0, sl, None])
+                g = g.to(weight.dtype)
+                grad_x[sl] = g @ weight
+                if grad_w2 is not None:
+                    grad_w2 += (g.T @ x[sl, hdim:]).float()
+            del p_d, p_t
+        if conf_logit is not None:
+            c = conf_logit.float()
+            terms[2] = F.binary_cross_entropy_with_logits(c, metrics[0], reduction="none")
+            grad_conf = (torch.sigmoid(c) - metrics[0]) * coef_rows[2] if need_grad else None
+        else:
+            terms[2] = 0.0
+            grad_conf = None
+        loss = (terms * coef_rows).sum()
+        ctx.save_for_backward(
+            grad_x,
+            grad_conf,
+            None if grad_w2 is None else grad_w2.to(w2.dtype),
+        )
+        ctx.conf_dtype = None if conf_logit is None else conf_logit.dtype
+        ctx.mark_non_differentiable(terms, metrics)
+        return loss, terms, metrics
+
+    @staticmethod
+    def backward(ctx, grad_loss, _grad_terms, _grad_metrics):
+        grad_x, grad_conf, grad_w2 = ctx.saved_tensors
+        if grad_x is None:
+            raise RuntimeError("the fused loss was built without gradients (need_grad=False)")
+        scale = lambda t, dt=None: None if t is None else (t * grad_loss).to(dt or t.dtype)  # noqa: E731
+        return (
+            scale(grad_x),
+            scale(grad_conf, ctx.conf_dtype),
+            scale(grad_w2),
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+        )
+
+
 def distillation_loss(
     out: DraftOutput,
     batch: PackedBatch,
@@ -90,13 +211,17 @@ def distillation_loss(
     markov_w2: torch.Tensor | None = None,
     weight_total: torch.Tensor | float | None = None,
     scale: float = 1.0,
+    *,
+    fused: bool = True,
 ) -> LossResult:
     """The weighted DSpark objective over every valid block prediction in `batch`.
 
     Each term is sum_k w_k m_k l_k / W. W is this batch's own weight total unless `weight_total`
     gives it: data-parallel trainers pass the total over all ranks (`label_weight_total`,
     all-reduced) and `scale` = the number of ranks, so that after the ranks' gradients are averaged
-    every supervised token weighs the same whatever rank it landed on (as DeepSpec does)."""
+    every supervised token weighs the same whatever rank it landed on (as DeepSpec does).
+    `fused`: gradients in the forward pass (`_FusedObjective`, what training uses); False runs
+    the reference form by autograd, which the tests and scripts/bench_loss.py compare against."""
     n, gamma, h = out.hidden.shape
     if batch.labels.shape != (n, gamma):
         raise ValueError(
@@ -107,44 +232,39 @@ def distillation_loss(
     lm_head = target_head.lm_head_weight
     mask = batch.label_mask.reshape(-1)
     rows = torch.nonzero(mask).squeeze(1)
+    if rows.numel() == 0:
+        raise ValueError("batch has no valid block prediction (every label is masked)")
     slot = torch.arange(gamma, device=mask.device).repeat(n)[rows]
     weights = position_weights(gamma, cfg.position_decay, mask.device)[slot]
     flat = lambda t: None if t is None else t.reshape(n * gamma, *t.shape[2:])[rows]  # noqa: E731
     hidden, latent, conf_logit = flat(out.hidden), flat(out.seq_latent), flat(out.confidence_logit)
     target_hidden = flat(batch.target_hidden).to(lm_head.dtype)
     labels = flat(batch.labels)
-
-    terms, metrics = [], []
-    for start in range(0, rows.numel(), cfg.chunk_rows):
-        sl = slice(start, start + cfg.chunk_rows)
-        args = (
-            hidden[sl],
-            None if latent is None else latent[sl],
-            None if conf_logit is None else conf_logit[sl],
-            target_hidden[sl],
-            labels[sl],
-            lm_head,
-            markov_w2,
-            cfg.divergence,
-        )
-        t, m = (
-            checkpoint(_chunk_terms, *args, use_reentrant=False)
-            if hidden.requires_grad
-            else _chunk_terms(*args)
-        )
-        terms.append(t)
-        metrics.append(m)
-    if not terms:
-        raise ValueError("batch has no valid block prediction (every label is masked)")
-    terms, metrics = torch.cat(terms, 1), torch.cat(metrics, 1)
     total_w = weights.sum() if weight_total is None else weight_total
-    means = (terms * weights).sum(1) / total_w * scale
     coef = torch.tensor(
-        [cfg.ce_weight, cfg.distill_weight, cfg.confidence_weight], device=means.device
+        [cfg.ce_weight, cfg.distill_weight, cfg.confidence_weight], device=weights.device
     )
     if conf_logit is None:
         coef[2] = 0.0
-    loss = (means * coef).sum()
+
+    if fused:
+        x = hidden if latent is None else torch.cat((hidden, latent.to(hidden.dtype)), -1)
+        weight = lm_head if latent is None else torch.cat((lm_head, markov_w2.to(lm_head.dtype)), 1)
+        params = (hidden, latent, conf_logit, markov_w2)
+        need_grad = torch.is_grad_enabled() and any(
+            t is not None and t.requires_grad for t in params
+        )
+        coef_rows = coef[:, None] * (weights * (scale / total_w))[None, :]
+        loss, terms, metrics = _FusedObjective.apply(
+            x, conf_logit, markov_w2, weight, target_hidden, labels, coef_rows, cfg, need_grad
+        )
+        means = (terms * weights).sum(1) / total_w * scale
+    else:
+        terms, metrics = _reference_terms(
+            (hidden, latent, conf_logit, target_hidden, labels), lm_head, markov_w2, cfg
+        )
+        means = (terms * weights).sum(1) / total_w * scale
+        loss = (means * coef).sum()
     return LossResult(
         loss=loss,
         parts={name: float(v) for name, v in zip(PARTS, means.detach(), strict=True)},

@@ -21,7 +21,8 @@
 # 512 tokens, sequences up to 1,024) and every run trains on that file with
 # target.regenerate=false (its target only prefills, to capture hidden states).
 # Environment: W (work dir), SAMPLES (the budget), GPUS, PROCS (decoding processes per
-# evaluation), LIMIT (items per benchmark), TOKENS (new tokens per answer), SPEED_LIMIT, EXTRA
+# evaluation), LIMIT (items per benchmark), CURVE_LIMIT, TOKENS (new tokens per answer),
+# SPEED_LIMIT (GSM8K items of each timed single-stream run), EXTRA
 # (overrides added to every command, e.g. to shrink it on CPU), REGEN_EXTRA (to regeneration
 # only, e.g. a smaller prompt pool).
 set -euo pipefail
@@ -33,7 +34,8 @@ GPUS=${GPUS:-2}
 PROCS=${PROCS:-$((2 * GPUS))}  # a multiple of GPUS: shards go to GPUs round-robin
 LIMIT=${LIMIT:-200}  # GSM8K 200 of its test set, MT-Bench all 80, HumanEval all 164
 TOKENS=${TOKENS:-128}
-SPEED_LIMIT=${SPEED_LIMIT:-50}
+CURVE_LIMIT=${CURVE_LIMIT:-100}  # GSM8K items per earlier DSpark checkpoint
+SPEED_LIMIT=${SPEED_LIMIT:-25}
 EVAL_HELD=${EVAL_HELD:-32}
 EXTRA=${EXTRA:-}
 REGEN_EXTRA=${REGEN_EXTRA:-}
@@ -124,9 +126,10 @@ eval)
         --temperature $t --procs $PROCS
     done
   done
-  # DSpark's budget curve: its earlier checkpoints on GSM8K, greedy
-  for c in "$W"/runs/dspark/checkpoints/step-*; do
-    start "curve-$(basename "$c")" --checkpoint "$c" --bench gsm8k --limit $LIMIT --procs 2
+  # DSpark's budget curve: its earlier checkpoints on GSM8K, greedy (the last one is dspark-t0)
+  ckpts=("$W"/runs/dspark/checkpoints/step-*)
+  for c in "${ckpts[@]:0:${#ckpts[@]}-1}"; do
+    start "curve-$(basename "$c")" --checkpoint "$c" --bench gsm8k --limit $CURVE_LIMIT --procs 2
   done
   echo "started: $(ls "$W"/eval/*.pid | wc -l) evaluations"
   ;;

@@ -108,14 +108,68 @@ def _train_batch(model):
     )
 
 
-def _loss(model, batch, chunk_rows=256):
+def _loss(model, batch, chunk_rows=256, fused=True, **loss_fields):
     out = model(batch)
     w2 = model.markov_head.markov_w2.weight if model.sequential_head is not None else None
-    cfg = LossConfig(**{**vars(model.cfg.loss), "chunk_rows": chunk_rows})
-    return distillation_loss(out, batch, model.target_head, cfg, w2)
+    cfg = LossConfig(**{**vars(model.cfg.loss), "chunk_rows": chunk_rows, **loss_fields})
+    return distillation_loss(out, batch, model.target_head, cfg, w2, fused=fused)
 
 
-def test_chunking_does_not_change_loss_or_gradients():
+@pytest.mark.parametrize(
+    "variant,loss_fields",
+    [
+        ("dspark", {}),
+        ("dspark_rnn", {}),
+        ("dspark_rnn", {"divergence": "forward_kl", "ce_weight": 0.5}),
+        ("dspark_mla", {"confidence_weight": 0.3}),
+        ("dflash", {}),
+        ("eagle3", {"divergence": "forward_kl"}),
+    ],
+)
+def test_fused_objective_equals_the_autograd_reference(variant, loss_fields):
+    """Training's closed-form gradients against autograd over the plain objective: same loss,
+    parts and metrics, same gradient in every parameter (the Markov projection included), under
+    data-parallel normalisation and with uneven chunks."""
+    model = tiny_draft(variant)
+    if model.sequential_head is not None:
+        with torch.no_grad():
+            model.markov_head.markov_w2.weight.normal_(0, 0.1)
+    batch = _train_batch(model)
+    batch.label_mask[0, -2:] = False  # masked rows are left out of both
+    norm = {"weight_total": torch.tensor(7.5), "scale": 2.0}
+    results = []
+    for fused in (True, False):
+        model.zero_grad()
+        out = model(batch)
+        w2 = model.markov_head.markov_w2.weight if model.sequential_head is not None else None
+        cfg = LossConfig(**{**vars(model.cfg.loss), "chunk_rows": 5, **loss_fields})
+        res = distillation_loss(out, batch, model.target_head, cfg, w2, fused=fused, **norm)
+        res.loss.backward()
+        grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+        results.append((res, grads))
+    (fused, g_fused), (ref, g_ref) = results
+    assert fused.loss.item() == pytest.approx(ref.loss.item(), rel=1e-6)
+    assert fused.parts == pytest.approx(ref.parts, rel=1e-6)
+    for name in ("c_star", "top1", "confidence"):
+        assert getattr(fused, name) == pytest.approx(getattr(ref, name), rel=1e-6, abs=1e-7)
+    assert fused.count == ref.count and fused.sim_tau == pytest.approx(ref.sim_tau, rel=1e-6)
+    assert g_fused.keys() == g_ref.keys() and len(g_ref) == len(list(model.parameters()))
+    for name, ref_grad in g_ref.items():  # float32 rounding, relative to the gradient's size
+        atol = 1e-6 * float(ref_grad.abs().max())
+        torch.testing.assert_close(g_fused[name], ref_grad, rtol=1e-4, atol=atol, msg=name)
+
+
+def test_fused_objective_without_gradients_matches_the_reference():
+    model = tiny_draft("dspark")
+    batch = _train_batch(model)
+    with torch.no_grad():
+        fused, ref = _loss(model, batch), _loss(model, batch, fused=False)
+    assert fused.loss.item() == pytest.approx(ref.loss.item(), rel=1e-6)
+    assert fused.c_star == pytest.approx(ref.c_star, rel=1e-6)
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_chunking_does_not_change_loss_or_gradients(fused):
     model = tiny_draft("dspark_rnn")
     with torch.no_grad():  # a non-zero Markov projection so the bias path is exercised
         model.markov_head.markov_w2.weight.normal_(0, 0.1)
@@ -123,7 +177,7 @@ def test_chunking_does_not_change_loss_or_gradients():
     grads = []
     for rows in (1, 7, 10_000):
         model.zero_grad()
-        res = _loss(model, batch, rows)
+        res = _loss(model, batch, rows, fused=fused)
         res.loss.backward()
         grads.append((res.loss.item(), [p.grad.clone() for p in model.parameters()]))
     for loss, g in grads[1:]:
