@@ -2,7 +2,8 @@
 # Issue 13's equal-budget experiment on one machine (docs/ablations/tau_h200.md), in phases so
 # each fits one device call:
 #
-#   bash scripts/tau_experiment.sh regen        # the target's answers, once (a process per GPU)
+#   bash scripts/tau_experiment.sh regen        # the target's answers, once (a process per GPU;
+#   bash scripts/tau_experiment.sh wait regen S #   background)
 #   bash scripts/tau_experiment.sh train        # DSpark, DFlash, EAGLE-3 on them (background)
 #   bash scripts/tau_experiment.sh wait runs S  # until the three runs end, or S seconds
 #   bash scripts/tau_experiment.sh eval         # tau by benchmark, greedy and T=1, and DSpark's
@@ -26,6 +27,7 @@
 # (overrides added to every command, e.g. to shrink it on CPU), REGEN_EXTRA (to regeneration
 # only, e.g. a smaller prompt pool).
 set -euo pipefail
+SELF="$(cd "$(dirname "$0")" && pwd)/$(basename "$0")"
 cd "$(dirname "$0")/.."
 W=${W:-/tmp/tau}
 SAMPLES=${SAMPLES:-16000}
@@ -53,7 +55,13 @@ waitall() {  # wait for every pid given; fail if any failed
 }
 
 case "${1:-}" in
-regen)
+regen)  # in the background: `wait regen S` polls it
+  mkdir -p "$W/regen"
+  setsid nohup bash "$SELF" regen-fg > "$W/regen/regen.log" 2>&1 &
+  echo $! > "$W/regen/regen.pid"
+  echo "started: $REGEN_SAMPLES samples over $GPUS GPUs"
+  ;;
+regen-fg)
   pids=()
   for k in $(seq 0 $((GPUS - 1))); do
     CUDA_VISIBLE_DEVICES=$k $PY -m splitserve.regenerate --out "$W/regen$k.jsonl" \
@@ -61,11 +69,12 @@ regen)
       $REGEN_EXTRA > "$W/regen$k.log" 2>&1 &
     pids+=($!)
   done
-  waitall "${pids[@]}" || { tail -n 20 "$W"/regen*.log; exit 1; }
+  waitall "${pids[@]}" || { tail -n 20 "$W"/regen[0-9]*.log; exit 1; }
   # one file in sample-id order: the last EVAL_HELD lines (held out) are the highest ids
   $PY -c "import json, sys; rows = [x for f in sys.argv[1:] for x in open(f)]
 rows.sort(key=lambda x: json.loads(x)['g']); sys.stdout.writelines(rows)" \
-    "$W"/regen[0-9]*.jsonl > "$W/regen.jsonl"
+    "$W"/regen[0-9]*.jsonl > "$W/regen.jsonl.partial"
+  mv "$W/regen.jsonl.partial" "$W/regen.jsonl"
   tail -q -n 1 "$W"/regen[0-9]*.log
   wc -l "$W/regen.jsonl"
   ;;
@@ -73,8 +82,8 @@ train)
   common=(+recipe=smol_gpu target.regenerate=false
     "data.sources=[{kind:jsonl_chat,path:$W/regen.jsonl,limit:null,weight:1}]"
     data.eval_prompts=$EVAL_HELD train.micro_batch=$MICRO train.steps=$STEPS
-    train.warmup_steps=$((STEPS * 4 / 100)) train.checkpoint_every=$((STEPS / 4))
-    train.eval_every=$((STEPS / 4)) train.keep_checkpoints=4 split.target_procs=1
+    train.warmup_steps=$((STEPS * 4 / 100)) train.checkpoint_every=$(((STEPS + 3) / 4))
+    train.eval_every=$(((STEPS + 3) / 4)) train.keep_checkpoints=4 split.target_procs=1
     split.trainer_procs=1 log.wandb_mode=disabled log.progress=false $EXTRA)
   mkdir -p "$W/runs"
   # targets and trainers spread over the two GPUs: DSpark 0 -> 1, DFlash 1 -> 0, EAGLE-3 0 -> 1
@@ -90,14 +99,16 @@ train)
   echo "started: $STEPS steps x $MICRO samples each"
   ;;
 wait)
-  group=${2:?wait needs a group: runs or eval}
+  group=${2:?wait needs a group: regen, runs or eval}
   end=$((SECONDS + ${3:-540}))
   while :; do
     alive=0
     for f in "$W/$group"/*.pid; do
       kill -0 "$(cat "$f")" 2> /dev/null && alive=$((alive + 1))
     done
-    if [ "$group" = runs ]; then
+    if [ "$group" = regen ]; then
+      echo "$(date +%T) $(cat "$W"/regen[0-9]*.jsonl* 2> /dev/null | wc -l) samples written"
+    elif [ "$group" = runs ]; then
       for d in dspark dflash eagle3; do
         last=$(tail -n 1 "$W/runs/$d/metrics.jsonl" 2> /dev/null | cut -c1-160 || true)
         echo "$(date +%T) $d: $last"
@@ -172,7 +183,7 @@ pack)
   mkdir -p "$W/speed"
   tar -czf "$out/results.tar.gz" -C "$W" checksums.txt eval speed export.log \
     runs/dspark.log runs/dflash.log runs/eagle3.log \
-    $(cd "$W" && ls runs/*/metrics.jsonl runs/*/.hydra/overrides.yaml regen*.log 2> /dev/null) \
+    $(cd "$W" && ls runs/*/metrics.jsonl runs/*/.hydra/overrides.yaml regen*.log regen/regen.log 2> /dev/null) \
     $(cd "$W" && ls runs/*/checkpoints/step-*/draft/draft_config.json 2> /dev/null)
   cp "$W"/export/dspark/* "$out/"  # to start a later run from (train.init_from)
   ls -la "$out"

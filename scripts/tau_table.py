@@ -7,13 +7,17 @@ DIR holds `eval/<draft>-t<T>/<bench>.json` (serving.evaluate, tau-only, the item
 (single-stream runs with target-only decoding), `speed/sts.json`, `speed/sps.json` and
 `runs/<draft>/metrics.jsonl`. The table keeps the issue's shape ({draft: {bench: {greedy, t1}}},
 budget_samples, commands) and adds acceptance by position, macro tau, the budget curve, the
-speedups and the goals (value, limit, met) computed from those figures.
+speedups and the goals (value, limit, met) computed from those figures. Where the reports
+carry `per_item` (serving.evaluate writes it), the two comparisons between drafts also get a 95 %
+interval from a paired bootstrap over items (`settled`: the interval lies on one side of the
+limit); without it a goal met by a small margin is not a result.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import random
 import re
 from pathlib import Path
 
@@ -112,11 +116,48 @@ def assemble(
         out["sha256"] = {
             name: digest for digest, name in (x.split() for x in sums.read_text().splitlines())
         }
-    out["goals"] = goals(out)
+    out["goals"] = goals(out, results)
     return out
 
 
-def goals(out: dict) -> dict:
+def _item_parts(results: Path, draft: str, temp: str) -> dict[str, dict[int, tuple]] | None:
+    """bench -> {item: (emitted, steps)} of one draft at one temperature; None if a report
+    lacks per-item parts."""
+    parts = {}
+    for bench in BENCHES:
+        rep = _load(results / "eval" / f"{draft}-{temp}" / f"{bench}.json")
+        if not rep or "per_item" not in rep:
+            return None
+        parts[bench] = {i: (e, n) for i, e, n in rep["per_item"]}
+    return parts
+
+
+def paired_bootstrap(a: dict, b: dict, stat, n: int = 2000, seed: int = 0) -> list[float] | None:
+    """95 % interval of stat(macro tau of a, macro tau of b) when each benchmark's items are
+    drawn again with replacement, the same draws for both drafts (they decoded the same items).
+    `a`, `b`: bench -> {item: (emitted, steps)}; None when their items differ."""
+    if any(a[bench].keys() != b[bench].keys() for bench in BENCHES):
+        return None
+    rng = random.Random(seed)
+    items = {bench: sorted(a[bench]) for bench in BENCHES}
+
+    def macro(parts, draws):
+        taus = []
+        for bench in BENCHES:
+            emitted = sum(parts[bench][i][0] for i in draws[bench])
+            steps = sum(parts[bench][i][1] for i in draws[bench])
+            taus.append(emitted / max(1, steps))
+        return sum(taus) / len(taus)
+
+    values = []
+    for _ in range(n):
+        draws = {bench: rng.choices(its, k=len(its)) for bench, its in items.items()}
+        values.append(stat(macro(a, draws), macro(b, draws)))
+    values.sort()
+    return [_r(values[int(0.025 * n)]), _r(values[int(0.975 * n) - 1])]
+
+
+def goals(out: dict, results: Path | None = None) -> dict:
     """The issue's goals as (value, limit, met); None where a figure is missing."""
 
     def goal(value, limit, strict=False):
@@ -130,13 +171,23 @@ def goals(out: dict) -> dict:
 
     ds, df, ea = (out[d] for d in DRAFTS)
     speed = out["speed_gsm8k"].get("dspark-fixed", {}).get("speedup")
+    vs_dflash = goal(ds["macro"]["t1"], df["macro"]["t1"] and 1.10 * df["macro"]["t1"])
+    vs_eagle3 = goal(ds["macro"]["t1"], ea["macro"]["t1"], strict=True)
+    parts = {d: results and _item_parts(results, d, "t1") for d in DRAFTS}
+    if vs_dflash and parts["dspark"] and parts["dflash"]:
+        ci = paired_bootstrap(parts["dspark"], parts["dflash"], lambda x, y: x / y)
+        if ci:
+            vs_dflash |= {"ratio": _r(ds["macro"]["t1"] / df["macro"]["t1"]), "ratio_ci95": ci}
+            vs_dflash["settled"] = ci[0] >= 1.10 or ci[1] < 1.10
+    if vs_eagle3 and parts["dspark"] and parts["eagle3"]:
+        ci = paired_bootstrap(parts["dspark"], parts["eagle3"], lambda x, y: x - y)
+        if ci:
+            vs_eagle3 |= {"difference_ci95": ci, "settled": ci[0] > 0 or ci[1] <= 0}
     return {
         "dspark greedy tau gsm8k >= 3.5": goal(ds["gsm8k"]["greedy"], 3.5),
         "dspark greedy tau mtbench >= 2.5": goal(ds["mtbench"]["greedy"], 2.5),
-        "dspark macro tau T=1 >= 1.10 x dflash": goal(
-            ds["macro"]["t1"], df["macro"]["t1"] and 1.10 * df["macro"]["t1"]
-        ),
-        "dspark macro tau T=1 > eagle3": goal(ds["macro"]["t1"], ea["macro"]["t1"], strict=True),
+        "dspark macro tau T=1 >= 1.10 x dflash": vs_dflash,
+        "dspark macro tau T=1 > eagle3": vs_eagle3,
         "speculative >= 2x target-only on the runtime (gsm8k)": goal(speed, 2.0),
     }
 

@@ -9,7 +9,8 @@ bonus included), conditional acceptance by draft position (accepted / reached, w
 is reached when it was verified and every earlier draft was accepted), the fraction of verified
 draft tokens that were rejected, mean verify width, step time and tokens/s of speculative and of
 target-only decoding (same target, same prompts, same process), and for greedy decoding how many
-outputs equal the target-only output; `draft_step_ms` is the median time of one draft proposal.
+outputs equal the target-only output; `draft_step_ms` is the median time of one draft proposal;
+`per_item` holds each item's emitted tokens and decode steps (for confidence intervals).
 `acceptance.png` plots acceptance by position. The default --out is RUN/eval/step-N-tT. Each
 benchmark's JSON is written as soon as it is complete. The first prompt is decoded once untimed
 first (CUDA-graph capture, allocations); graphs of longer contexts are still captured on first
@@ -55,6 +56,9 @@ class Tally:
     width_sum: int = 0
     reached: list[int] = field(default_factory=list)
     hits: list[int] = field(default_factory=list)
+    # item index -> [tokens emitted by decode steps, decode steps], its turns summed: what a
+    # paired bootstrap over items needs (scripts/tau_table.py)
+    per_item: dict[int, list[int]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.reached, self.hits = [0] * self.gamma, [0] * self.gamma
@@ -76,12 +80,18 @@ class Tally:
                 setattr(out, f, getattr(out, f) + getattr(t, f))
             out.reached = [a + b for a, b in zip(out.reached, t.reached, strict=True)]
             out.hits = [a + b for a, b in zip(out.hits, t.hits, strict=True)]
+            for i, (e, n) in t.per_item.items():
+                mine = out.per_item.setdefault(i, [0, 0])
+                mine[0], mine[1] = mine[0] + e, mine[1] + n
         return out
 
-    def add(self, res: DecodeResult, wall_s: float) -> None:
+    def add(self, res: DecodeResult, wall_s: float, item: int | None = None) -> None:
         self.tokens += len(res.token_ids)
         self.steps += res.steps
         self.emitted += sum(res.accept_lengths)
+        if item is not None:
+            mine = self.per_item.setdefault(item, [0, 0])
+            mine[0], mine[1] = mine[0] + sum(res.accept_lengths), mine[1] + res.steps
         self.wall_s += wall_s
         self.verified += sum(res.verified)
         self.accepted += sum(res.accepted)
@@ -130,7 +140,7 @@ def tally_bench(
             spec_msgs.append({"role": "user", "content": turn})
             seed = args.seed + i
             res, wall = _timed(decoder, prompt_ids(tok, spec_msgs), args, tok.eos_token_id, seed)
-            spec.add(res, wall)
+            spec.add(res, wall, item=i)
             turns += 1
             spec_msgs.append(_assistant(tok, res))
             if baseline is not None:
@@ -178,6 +188,8 @@ def report(sums: dict, gamma: int, scheduler: str, args) -> dict:
         if spec.verified
         else 0.0,
         "mean_verify_width": spec.width_sum / max(1, spec.steps),
+        # [item index, tokens emitted by decode steps, decode steps]: tau's parts per item
+        "per_item": [[i, e, n] for i, (e, n) in sorted(spec.per_item.items())],
         "speculative": spec.speed(),
         "target_only": base.speed() if base is not None else None,
         "procs": args.procs,

@@ -328,8 +328,14 @@ def test_evaluate_over_processes_adds_up_to_one_process(dspark_ckpt, tmp_path, c
     for bench in ("gsm8k", "mtbench"):
         one = json.loads((tmp_path / "one" / f"{bench}.json").read_text())
         two = json.loads((tmp_path / "two" / f"{bench}.json").read_text())
-        for key in ("items", "turns", "tau", "acceptance_by_position", "reached_by_position"):
+        for key in (
+            "items", "turns", "tau", "acceptance_by_position", "reached_by_position", "per_item"
+        ):  # fmt: skip
             assert one[key] == two[key], key
+        # per item: every item once, its parts adding up to tau
+        assert [i for i, _, _ in one["per_item"]] == list(range(3))
+        emitted, steps = (sum(r[k] for r in one["per_item"]) for k in (1, 2))
+        assert steps == one["speculative"]["steps"] and emitted / steps == one["tau"]
         assert one["speculative"]["tokens"] == two["speculative"]["tokens"]
         assert one["speculative"]["steps"] == two["speculative"]["steps"]
         assert two["target_only"] is None and two["speedup"] is None

@@ -320,12 +320,18 @@ def test_static_backend_samples_depend_only_on_their_seed(smol_dir):
     reseeded = _backend(smol_dir, "static", cfg(1), seed=1).produce_batch([10], [convs[0]])[0]
     assert not torch.equal(other.input_ids, three[0].input_ids)
     assert not torch.equal(reseeded.input_ids, three[0].input_ids)
+    # teacher forcing: groups of 2 (the cache's rows) over 4 answers of different lengths,
+    # each equal to the hf backend's one-at-a-time capture, in order
     forced = _backend(smol_dir, "static", cfg(2, regenerate=False))
-    assert forced.window == 1
-    ref = _backend(smol_dir, "hf", cfg(1, regenerate=False)).produce(0, convs[0])
-    got = forced.produce(0, convs[0])
-    assert torch.equal(got.input_ids, ref.input_ids) and torch.equal(got.loss_mask, ref.loss_mask)
-    torch.testing.assert_close(got.aux_hidden, ref.aux_hidden, atol=2e-4, rtol=1e-4)
+    assert forced.window == 0 and forced.prefill_group == 2
+    hf = _backend(smol_dir, "hf", cfg(1, regenerate=False))
+    got = forced.produce_batch([0, 1, 2, 3], convs)
+    assert len({s.input_ids.numel() for s in got}) > 1  # padding in a group is exercised
+    for g, (conv, s) in enumerate(zip(convs, got, strict=True)):
+        ref = hf.produce(g, conv)
+        assert torch.equal(s.input_ids, ref.input_ids) and torch.equal(s.loss_mask, ref.loss_mask)
+        torch.testing.assert_close(s.aux_hidden, ref.aux_hidden, atol=2e-4, rtol=1e-4)
+        torch.testing.assert_close(s.final_hidden, ref.final_hidden, atol=2e-4, rtol=1e-4)
 
 
 def test_static_backend_refuses_a_hybrid_target():

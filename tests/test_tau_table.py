@@ -54,3 +54,56 @@ def test_table_keeps_the_issue_shape_and_computes_the_goals(tmp_path):
     assert goals["dspark macro tau T=1 >= 1.10 x dflash"]["met"] is True  # 1.9 >= 1.54
     assert goals["dspark macro tau T=1 > eagle3"] is None  # eagle3's T=1 macro is unknown
     assert goals["speculative >= 2x target-only on the runtime (gsm8k)"]["met"] is False
+
+
+def test_goals_between_drafts_get_a_paired_bootstrap_interval_from_per_item_parts(tmp_path):
+    """Per-item parts give the T=1 comparisons a 95 % interval: a clear gap is settled, a gap
+    smaller than the spread between items is not, and the macro is the mean of the benchmarks'
+    emitted/steps over their items."""
+    import random
+
+    rng = random.Random(1)
+    noise = {
+        b: [rng.choice((10, 20, 40)) for _ in range(30)] for b in ("gsm8k", "mtbench", "humaneval")
+    }
+
+    def write_draft(d, per_step):  # item i emits noise_i * per_step tokens over noise_i steps
+        for t in ("t0", "t1"):
+            for bench, ns in noise.items():
+                per_item = [
+                    [i, round(n * per_step * (1 + 0.3 * (i % 3))), n] for i, n in enumerate(ns)
+                ]
+                e, n = (sum(r[k] for r in per_item) for k in (1, 2))
+                rep = {
+                    "tau": e / n,
+                    "acceptance_by_position": [],
+                    "turns": 30,
+                    "per_item": per_item,
+                }
+                write(tmp_path / "eval" / f"{d}-{t}" / f"{bench}.json", rep)
+
+    write_draft("dspark", 2.0)
+    write_draft("dflash", 1.5)  # DSpark 1.33 x DFlash on every item: settled above 1.10
+    write_draft("eagle3", 1.99)  # a 0.5 % gap on identical item spreads: still one-sided
+    goals = assemble(tmp_path, 100, 16, [])["goals"]
+    vs_dflash = goals["dspark macro tau T=1 >= 1.10 x dflash"]
+    assert vs_dflash["met"] and vs_dflash["settled"]
+    lo, hi = vs_dflash["ratio_ci95"]
+    assert lo <= vs_dflash["ratio"] <= hi and lo > 1.10
+    vs_eagle3 = goals["dspark macro tau T=1 > eagle3"]
+    assert vs_eagle3["met"] and vs_eagle3["difference_ci95"][0] > 0 and vs_eagle3["settled"]
+
+    # EAGLE-3 better on half the items, worse on the other half: the interval straddles zero
+    for bench, ns in noise.items():
+        path = tmp_path / "eval" / "eagle3-t1" / f"{bench}.json"
+        rep = json.loads(path.read_text())
+        rep["per_item"] = [
+            [i, round(n * (2.6 if i % 2 else 1.4) * (1 + 0.3 * (i % 3))), n]
+            for i, n in enumerate(ns)
+        ]
+        e, n = (sum(r[k] for r in rep["per_item"]) for k in (1, 2))
+        rep["tau"] = e / n
+        write(path, rep)
+    vs_eagle3 = assemble(tmp_path, 100, 16, [])["goals"]["dspark macro tau T=1 > eagle3"]
+    lo, hi = vs_eagle3["difference_ci95"]
+    assert lo < 0 < hi and vs_eagle3["settled"] is False
