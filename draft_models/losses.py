@@ -122,25 +122,32 @@ class _FusedObjective(torch.autograd.Function):
     forward pass therefore keeps just the rows' input gradients ([rows, hidden]) and W2's
     ([vocab, rank]), never a vocabulary-wide tensor: no recomputation in backward, no autograd
     graph over [rows, vocab] (about 3x fewer full-vocabulary passes than the reference, and one
-    backward kernel instead of a chunk's worth). Inputs: x = [h ; latent] rows, `coef_rows`
-    [3, rows] = term weight x position weight x scale / W for each row."""
+    backward kernel instead of a chunk's worth). Inputs: the rows' hidden states (and Markov
+    latents with W2, the bias added inside the logits GEMM), `coef_rows` [3, rows] = term weight
+    x position weight x scale / W for each row."""
 
     @staticmethod
-    def forward(ctx, x, conf_logit, w2, weight, target_hidden, labels, coef_rows, cfg, need_grad):
-        rows, width = x.shape
-        hdim = target_hidden.shape[1]
-        terms = x.new_empty((3, rows), dtype=torch.float32)
-        metrics = x.new_empty((2, rows), dtype=torch.float32)
-        grad_x = torch.zeros_like(x) if need_grad else None
+    def forward(
+        ctx, hidden, latent, conf_logit, w2, lm_head, target_hidden, labels, coef_rows, cfg,
+        need_grad,
+    ):  # fmt: skip
+        rows = hidden.shape[0]
+        terms = hidden.new_empty((3, rows), dtype=torch.float32)
+        metrics = hidden.new_empty((2, rows), dtype=torch.float32)
+        grad_h = torch.zeros_like(hidden) if need_grad else None
+        grad_lat = torch.zeros_like(latent) if need_grad and latent is not None else None
         grad_w2 = (
-            torch.zeros(w2.shape, dtype=torch.float32, device=x.device)
+            torch.zeros(w2.shape, dtype=torch.float32, device=w2.device)
             if need_grad and w2 is not None
             else None
         )
-        lm_head = weight[:, :hdim]
         for start in range(0, rows, cfg.chunk_rows):
             sl = slice(start, start + cfg.chunk_rows)
-            logp_d = F.log_softmax((x[sl] @ weight.T).float(), dim=-1)
+            z = hidden[sl] @ lm_head.T
+            if latent is not None:  # the Markov bias B = latent @ W2^T, added by the GEMM
+                z = torch.addmm(z, latent[sl], w2.T)
+            logp_d = F.log_softmax(z.float(), dim=-1)
+            del z
             logp_t = F.log_softmax((target_hidden[sl] @ lm_head.T).float(), dim=-1)
             p_d, p_t = logp_d.exp(), logp_t.exp()
             lab = labels[sl, None]
@@ -162,10 +169,11 @@ class _FusedObjective(torch.autograd.Function):
                 # d loss / d z = coef_ce * (p_d - e_y) + coef_distill * g, per row
                 g.mul_(coef_rows[1, sl, None]).add_(p_d * coef_rows[0, sl, None])
                 g.scatter_add_(-1, lab, -coef_rows[0, sl, None])
-                g = g.to(weight.dtype)
-                grad_x[sl] = g @ weight
-                if grad_w2 is not None:
-                    grad_w2 += (g.T @ x[sl, hdim:]).float()
+                g = g.to(lm_head.dtype)
+                grad_h[sl] = g @ lm_head
+                if latent is not None:
+                    grad_lat[sl] = g @ w2
+                    grad_w2 += (g.T @ latent[sl]).float()
             del p_d, p_t
         if conf_logit is not None:
             c = conf_logit.float()
@@ -176,9 +184,7 @@ class _FusedObjective(torch.autograd.Function):
             grad_conf = None
         loss = (terms * coef_rows).sum()
         ctx.save_for_backward(
-            grad_x,
-            grad_conf,
-            None if grad_w2 is None else grad_w2.to(w2.dtype),
+            grad_h, grad_lat, grad_conf, None if grad_w2 is None else grad_w2.to(w2.dtype)
         )
         ctx.conf_dtype = None if conf_logit is None else conf_logit.dtype
         ctx.mark_non_differentiable(terms, metrics)
@@ -186,20 +192,16 @@ class _FusedObjective(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_loss, _grad_terms, _grad_metrics):
-        grad_x, grad_conf, grad_w2 = ctx.saved_tensors
-        if grad_x is None:
+        grad_h, grad_lat, grad_conf, grad_w2 = ctx.saved_tensors
+        if grad_h is None:
             raise RuntimeError("the fused loss was built without gradients (need_grad=False)")
         scale = lambda t, dt=None: None if t is None else (t * grad_loss).to(dt or t.dtype)  # noqa: E731
         return (
-            scale(grad_x),
+            scale(grad_h),
+            scale(grad_lat),
             scale(grad_conf, ctx.conf_dtype),
             scale(grad_w2),
-            None,
-            None,
-            None,
-            None,
-            None,
-            None,
+            *([None] * 6),
         )
 
 
@@ -248,16 +250,18 @@ def distillation_loss(
         coef[2] = 0.0
 
     if fused:
-        x = hidden if latent is None else torch.cat((hidden, latent.to(hidden.dtype)), -1)
-        weight = lm_head if latent is None else torch.cat((lm_head, markov_w2.to(lm_head.dtype)), 1)
-        params = (hidden, latent, conf_logit, markov_w2)
+        if latent is not None:
+            latent, w2 = latent.to(hidden.dtype), markov_w2.to(lm_head.dtype)
+        else:
+            w2 = None
         need_grad = torch.is_grad_enabled() and any(
-            t is not None and t.requires_grad for t in params
+            t is not None and t.requires_grad for t in (hidden, latent, conf_logit, w2)
         )
         coef_rows = coef[:, None] * (weights * (scale / total_w))[None, :]
         loss, terms, metrics = _FusedObjective.apply(
-            x, conf_logit, markov_w2, weight, target_hidden, labels, coef_rows, cfg, need_grad
-        )
+            hidden, latent, conf_logit, w2, lm_head, target_hidden, labels, coef_rows, cfg,
+            need_grad,
+        )  # fmt: skip
         means = (terms * weights).sum(1) / total_w * scale
     else:
         terms, metrics = _reference_terms(

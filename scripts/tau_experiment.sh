@@ -8,6 +8,11 @@
 #   bash scripts/tau_experiment.sh wait runs S  # until the three runs end, or S seconds
 #   bash scripts/tau_experiment.sh eval         # tau by benchmark, greedy and T=1, and DSpark's
 #   bash scripts/tau_experiment.sh wait eval S  #   budget curve (background; reports as done)
+#   bash scripts/tau_experiment.sh ablate       # DSpark's ablations on the same file (background)
+#   bash scripts/tau_experiment.sh wait ablate S
+#   bash scripts/tau_experiment.sh eval-ablate  # each ablation job and the baseline, greedy
+#   bash scripts/tau_experiment.sh wait eval-ablate S
+#   bash scripts/tau_experiment.sh report-ablate DIR  # serving.ablation_report, one per axis
 #   bash scripts/tau_experiment.sh taus         # the tau of every report written so far
 #   bash scripts/tau_experiment.sh speed        # single-stream speedups; STS, SPS, schedulers
 #   bash scripts/tau_experiment.sh pack OUT     # export DSpark, checksums, results archive
@@ -37,6 +42,7 @@ PROCS=${PROCS:-$((2 * GPUS))}  # a multiple of GPUS: shards go to GPUs round-rob
 LIMIT=${LIMIT:-200}  # GSM8K 200 of its test set, MT-Bench all 80, HumanEval all 164
 TOKENS=${TOKENS:-128}
 CURVE_LIMIT=${CURVE_LIMIT:-100}  # GSM8K items per earlier DSpark checkpoint
+ABL_LIMIT=${ABL_LIMIT:-40}  # GSM8K and MT-Bench items per ablation job
 SPEED_LIMIT=${SPEED_LIMIT:-25}
 EVAL_HELD=${EVAL_HELD:-32}
 EXTRA=${EXTRA:-}
@@ -52,6 +58,26 @@ waitall() {  # wait for every pid given; fail if any failed
   local rc=0
   for p in "$@"; do wait "$p" || rc=1; done
   return $rc
+}
+
+common=(+recipe=smol_gpu target.regenerate=false target.generate_batch=32
+  "data.sources=[{kind:jsonl_chat,path:$W/regen.jsonl,limit:null,weight:1}]"
+  data.eval_prompts=$EVAL_HELD train.micro_batch=$MICRO train.steps=$STEPS
+  train.warmup_steps=$((STEPS * 4 / 100)) train.checkpoint_every=$(((STEPS + 3) / 4))
+  train.eval_every=$(((STEPS + 3) / 4)) train.keep_checkpoints=4 split.target_procs=1
+  split.trainer_procs=1 log.wandb_mode=disabled log.progress=false $EXTRA)
+# name:overrides of each ablation job (the baseline's value of the axis is in the comment)
+ABLATIONS=(rope_partial:draft.rope=partial rope_interleaved:draft.rope=interleaved  # full
+  mla:draft.attention=ling3_mla                                                   # qwen3
+  layers1:draft.num_layers=1 layers2:draft.num_layers=2 layers5:draft.num_layers=5 # 3
+  block16:draft.block_size=16)                                                    # 7
+
+launch() {  # group, name, CUDA_VISIBLE_DEVICES, port base, overrides: a run in the background
+  local group=$1 name=$2 gpus=$3 port=$4
+  shift 4
+  CUDA_VISIBLE_DEVICES=$gpus setsid nohup $PY -m splitserve.train "${common[@]}" "$@" \
+    split.master_port=$port hydra.run.dir="$W/$group/$name" > "$W/$group/$name.log" 2>&1 &
+  echo $! > "$W/$group/$name.pid"
 }
 
 case "${1:-}" in
@@ -79,27 +105,27 @@ rows.sort(key=lambda x: json.loads(x)['g']); sys.stdout.writelines(rows)" \
   wc -l "$W/regen.jsonl"
   ;;
 train)
-  common=(+recipe=smol_gpu target.regenerate=false
-    "data.sources=[{kind:jsonl_chat,path:$W/regen.jsonl,limit:null,weight:1}]"
-    data.eval_prompts=$EVAL_HELD train.micro_batch=$MICRO train.steps=$STEPS
-    train.warmup_steps=$((STEPS * 4 / 100)) train.checkpoint_every=$(((STEPS + 3) / 4))
-    train.eval_every=$(((STEPS + 3) / 4)) train.keep_checkpoints=4 split.target_procs=1
-    split.trainer_procs=1 log.wandb_mode=disabled log.progress=false $EXTRA)
+  [ -f "$W/regen.jsonl" ] || { echo "error: $W/regen.jsonl is missing (run regen first)"; exit 1; }
   mkdir -p "$W/runs"
   # targets and trainers spread over the two GPUs: DSpark 0 -> 1, DFlash 1 -> 0, EAGLE-3 0 -> 1
-  CUDA_VISIBLE_DEVICES=0,1 setsid nohup $PY -m splitserve.train "${common[@]}" \
-    hydra.run.dir="$W/runs/dspark" > "$W/runs/dspark.log" 2>&1 &
-  echo $! > "$W/runs/dspark.pid"
-  CUDA_VISIBLE_DEVICES=1,0 setsid nohup $PY -m splitserve.train "${common[@]}" draft=dflash \
-    hydra.run.dir="$W/runs/dflash" > "$W/runs/dflash.log" 2>&1 &
-  echo $! > "$W/runs/dflash.pid"
-  CUDA_VISIBLE_DEVICES=0,1 setsid nohup $PY -m splitserve.train "${common[@]}" draft=eagle3 \
-    draft.num_layers=1 hydra.run.dir="$W/runs/eagle3" > "$W/runs/eagle3.log" 2>&1 &
-  echo $! > "$W/runs/eagle3.pid"
+  launch runs dspark 0,1 29500
+  launch runs dflash 1,0 29510 draft=dflash
+  launch runs eagle3 0,1 29520 draft=eagle3 draft.num_layers=1
   echo "started: $STEPS steps x $MICRO samples each"
   ;;
+ablate)
+  # the issue's DSpark ablations on the same file and budget, one axis changed per job; the
+  # main DSpark run (runs/dspark: rope full, qwen3 attention, 3 layers, block 7) is the baseline
+  mkdir -p "$W/ablate"
+  for k in "${!ABLATIONS[@]}"; do
+    job=${ABLATIONS[$k]}
+    gpus=$([ $((k % 2)) = 0 ] && echo 1,0 || echo 0,1)
+    launch ablate "${job%%:*}" $gpus $((29600 + 10 * k)) ${job#*:}
+  done
+  echo "started: ${#ABLATIONS[@]} ablation runs, $STEPS steps x $MICRO samples each"
+  ;;
 wait)
-  group=${2:?wait needs a group: regen, runs or eval}
+  group=${2:?wait needs a group: regen, runs, ablate, eval or eval-ablate}
   end=$((SECONDS + ${3:-540}))
   while :; do
     alive=0
@@ -108,13 +134,15 @@ wait)
     done
     if [ "$group" = regen ]; then
       echo "$(date +%T) $(cat "$W"/regen[0-9]*.jsonl* 2> /dev/null | wc -l) samples written"
-    elif [ "$group" = runs ]; then
-      for d in dspark dflash eagle3; do
-        last=$(tail -n 1 "$W/runs/$d/metrics.jsonl" 2> /dev/null | cut -c1-160 || true)
+    elif [ "$group" = runs ] || [ "$group" = ablate ]; then
+      for f in "$W/$group"/*.pid; do
+        d=$(basename "$f" .pid)
+        last=$(tail -n 1 "$W/$group/$d/metrics.jsonl" 2> /dev/null | cut -c1-120 || true)
         echo "$(date +%T) $d: $last"
       done
     else
-      echo "$(date +%T) $(ls "$W"/eval/*/*.json 2> /dev/null | wc -l) reports written, $alive running"
+      n=$(find "$W/eval" "$W/runs" "$W/ablate" -path '*/eval*/*.json' 2> /dev/null | wc -l)
+      echo "$(date +%T) $n reports written (all evaluations), $alive running"
     fi
     [ "$alive" = 0 ] && break
     [ $SECONDS -ge $end ] && { echo "still running: $alive"; exit 0; }
@@ -143,6 +171,29 @@ eval)
     start "curve-$(basename "$c")" --checkpoint "$c" --bench gsm8k --limit $CURVE_LIMIT --procs 2
   done
   echo "started: $(ls "$W"/eval/*.pid | wc -l) evaluations"
+  ;;
+eval-ablate)
+  # every ablation job and the baseline, greedy, GSM8K and MT-Bench, into each run's own
+  # eval/step-N-t0 (what serving.ablation_report reads)
+  mkdir -p "$W/eval-ablate"
+  for run in "$W/runs/dspark" "$W"/ablate/*/; do
+    name=$(basename "$run")
+    setsid nohup $PY -m serving.evaluate --checkpoint "$run" --bench gsm8k,mtbench \
+      --limit $ABL_LIMIT --max-new-tokens $TOKENS --no-baseline --no-plot --procs 2 \
+      > "$W/eval-ablate/$name.log" 2>&1 &
+    echo $! > "$W/eval-ablate/$name.pid"
+  done
+  echo "started: $(ls "$W"/eval-ablate/*.pid | wc -l) evaluations"
+  ;;
+report-ablate)
+  out=${2:?report-ablate needs an output directory}
+  mkdir -p "$out"
+  base="$W/runs/dspark"
+  a="$W/ablate"
+  $PY -m serving.ablation_report "$base" "$a/rope_partial" "$a/rope_interleaved" --out "$out/rope_h200"
+  $PY -m serving.ablation_report "$base" "$a/mla" --out "$out/attention_h200"
+  $PY -m serving.ablation_report "$a/layers1" "$a/layers2" "$base" "$a/layers5" --out "$out/layers_h200"
+  $PY -m serving.ablation_report "$base" "$a/block16" --out "$out/block_h200"
   ;;
 taus)
   for f in "$W"/eval/*/*.json "$W"/speed/*/*.json; do
@@ -184,7 +235,9 @@ pack)
   tar -czf "$out/results.tar.gz" -C "$W" checksums.txt eval speed export.log \
     runs/dspark.log runs/dflash.log runs/eagle3.log \
     $(cd "$W" && ls runs/*/metrics.jsonl runs/*/.hydra/overrides.yaml regen*.log regen/regen.log 2> /dev/null) \
-    $(cd "$W" && ls runs/*/checkpoints/step-*/draft/draft_config.json 2> /dev/null)
+    $(cd "$W" && ls runs/*/checkpoints/step-*/draft/draft_config.json 2> /dev/null) \
+    $(cd "$W" && ls -d runs/dspark/eval ablate/*.log ablate/*/metrics.jsonl ablate/*/eval \
+      ablate/*/.hydra/overrides.yaml ablate-report 2> /dev/null)
   cp "$W"/export/dspark/* "$out/"  # to start a later run from (train.init_from)
   ls -la "$out"
   ;;

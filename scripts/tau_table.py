@@ -34,6 +34,16 @@ def _r(x, nd=3):
     return None if x is None else round(x, nd)
 
 
+def _mean(xs):
+    xs = [x for x in xs if x is not None]
+    return sum(xs) / len(xs) if xs else None
+
+
+def _median(xs):
+    xs = sorted(x for x in xs if x is not None)
+    return (xs[(len(xs) - 1) // 2] + xs[len(xs) // 2]) / 2 if xs else None
+
+
 def assemble(
     results: Path, budget: int, micro: int, commands: list[str], notes: list[str] = ()
 ) -> dict:
@@ -91,12 +101,22 @@ def assemble(
                 for r in steps
                 if "eval_loss" in r
             ]
+            timed = [r for r in steps[10:] if "step_s" in r]  # past the compiling first steps
             losses[d] = {
                 "first_loss": _r(steps[0]["loss"]) if steps else None,
                 "last_loss": _r(steps[-1]["loss"]) if steps else None,
                 "last_logged_step": steps[-1]["step"] if steps else 0,
                 "evals": evals,
+                "median_step_s": _r(_median([r["step_s"] for r in timed])),
+                "mean_data_wait_frac": _r(_mean([r.get("data_wait_frac") for r in timed])),
+                "mean_target_util": _r(_mean([r.get("target_util") for r in timed])),
+                "last_c_star": [_r(c) for c in steps[-1].get("c_star_rank0", [])] if steps else [],
             }
+    regen = [
+        json.loads(lines[-1])
+        for p in sorted(results.glob("regen[0-9]*.log"))
+        if (lines := [x for x in p.read_text().splitlines() if x.startswith("{")])
+    ]
     out = {
         **table,
         "budget_samples": budget,
@@ -106,6 +126,7 @@ def assemble(
         "budget_curve_dspark": curve,
         "speed_gsm8k": speed,
         "training": losses,
+        "regeneration": regen,  # splitserve.regenerate's summary line of each shard
     }
     for name in ("sts", "sps"):
         data = _load(results / "speed" / f"{name}.json")

@@ -77,8 +77,14 @@ def build_topology(cfg: RunConfig, device: str) -> Topology:
     )
 
 
+def _trained_as(draft: DraftConfig) -> DraftConfig:
+    """The config without `loss.chunk_rows`: a memory/speed setting, not what is trained, so a
+    run may resume with another one (a run from before the default rose to 1,024 included)."""
+    return dataclasses.replace(draft, loss=dataclasses.replace(draft.loss, chunk_rows=0))
+
+
 def _check_resume(ckpt_dir: Path, draft: DraftConfig) -> None:
-    saved = ckpt.read_draft_config(ckpt_dir)
+    saved, draft = _trained_as(ckpt.read_draft_config(ckpt_dir)), _trained_as(draft)
     if saved != draft:
         diff = sorted(
             f.name for f in fields(draft) if getattr(saved, f.name) != getattr(draft, f.name)

@@ -3,6 +3,7 @@
 import json
 from pathlib import Path
 
+import pytest
 import torch
 from conftest import llama_config
 
@@ -222,3 +223,31 @@ def test_a_new_run_starts_from_exported_or_checkpointed_draft_weights(tmp_path):
         (tmp_path / "other").mkdir()
         (tmp_path / "other" / "config.json").write_text("{}")
         run(compose_cfg(base + [f"train.init_from={tmp_path / 'other'}"]), tmp_path / "c")
+
+
+def test_resume_accepts_another_chunk_size_but_not_another_objective(tmp_path):
+    """loss.chunk_rows only bounds memory, so a run resumes under another value (runs saved
+    with the old default of 256 resume at 1,024); a loss weight or the architecture is what was
+    trained and must match."""
+    import dataclasses
+    import json
+
+    from conftest import tiny_config
+
+    from splitserve.train import _check_resume
+
+    saved = tiny_config("dspark")
+    (tmp_path / "draft").mkdir()
+    (tmp_path / "draft" / "draft_config.json").write_text(
+        json.dumps(dataclasses.asdict(saved), indent=1)
+    )
+    loss = saved.loss
+    _check_resume(
+        tmp_path, dataclasses.replace(saved, loss=dataclasses.replace(loss, chunk_rows=7))
+    )
+    for changed, field in (
+        (dataclasses.replace(saved, loss=dataclasses.replace(loss, ce_weight=0.5)), "loss"),
+        (dataclasses.replace(saved, num_layers=saved.num_layers + 1), "num_layers"),
+    ):
+        with pytest.raises(ValueError, match=rf"different draft config \(fields \['{field}'\]\)"):
+            _check_resume(tmp_path, changed)

@@ -107,3 +107,21 @@ def test_goals_between_drafts_get_a_paired_bootstrap_interval_from_per_item_part
     vs_eagle3 = assemble(tmp_path, 100, 16, [])["goals"]["dspark macro tau T=1 > eagle3"]
     lo, hi = vs_eagle3["difference_ci95"]
     assert lo < 0 < hi and vs_eagle3["settled"] is False
+
+
+def test_training_speed_and_regeneration_summaries_come_from_the_logs(tmp_path):
+    """Median step time, data wait and target use after the first 10 (compiling) steps, the last
+    c*, and each regeneration shard's summary line."""
+    recs = [
+        {"step": s, "loss": 1.0, "step_s": 9.0 if s <= 10 else 0.5 + 0.1 * (s % 3),
+         "data_wait_frac": 0.2, "target_util": 0.8, "c_star_rank0": [0.4, 0.3]}
+        for s in range(1, 21)
+    ]  # fmt: skip
+    write(tmp_path / "runs" / "dspark" / "metrics.jsonl", "\n".join(map(json.dumps, recs)) + "\n")
+    write(tmp_path / "regen0.log", 'progress\n{"shard": "0/2", "samples_per_s": 92.5}\n')
+    write(tmp_path / "regen1.log", "Traceback: no summary\n")  # a failed shard: no line
+    out = assemble(tmp_path, 100, 16, [])
+    train = out["training"]["dspark"]
+    assert train["median_step_s"] == 0.6 and train["mean_data_wait_frac"] == 0.2
+    assert train["mean_target_util"] == 0.8 and train["last_c_star"] == [0.4, 0.3]
+    assert out["regeneration"] == [{"shard": "0/2", "samples_per_s": 92.5}]

@@ -15,7 +15,10 @@ the `hf` backend's (torch's generator stream). Greedy answers equal the `hf`
 backend's in fp32; in bf16 the two round differently and diverge after a near-tie. Samples are
 handed to the worker as they finish (`produce_stream`); one that finishes before the worker needs
 it keeps its captured states on the device until sent: about (m + 1) x hidden x 2 bytes per token
-in bf16, for m target layers.
+in bf16, for m target layers. With target.regenerate=false the dataset's answers are prefilled
+`prefill_group` at a time, right-padded in their group; in bf16 a row's captured states round
+with its group's shape, so a resumed run, which groups only the samples still needed, can capture
+states that differ from the first attempt's in the last bits (in fp32 they agree to rounding).
 """
 
 from __future__ import annotations
@@ -56,6 +59,7 @@ class StaticTarget(TargetBackend):
             max_len=max(setup.max_length, setup.max_prompt_tokens) + 1,
             eos=self._stop_ids(),
             nucleus=any(s.temperature > 0 and s.top_p < 1 for s in self.cfg.sampling),
+            graphs=None if self.cfg.regenerate else False,  # teacher forcing only prefills
         )
 
     def _stop_ids(self) -> set[int]:
@@ -78,7 +82,7 @@ class StaticTarget(TargetBackend):
     @property
     def prefill_group(self) -> int:
         """Dataset answers (target.regenerate=false) prefilled by one forward. One forward per
-        answer kept the target busy 85 % of the time at ~18 samples/s (three runs on two H200s,
+        answer kept the target busy 85 % of the time at ~21 samples/s (three runs on two H200s,
         SmolLM2, ~430 tokens a sample, docs/ablations/tau_h200.md): the trainers waited on it.
         32 is two micro-batches of the GPU recipe; the cache has `generate_batch` rows."""
         return min(self.cfg.generate_batch, 32)
