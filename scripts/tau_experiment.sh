@@ -19,8 +19,9 @@
 #
 # Background phases run under setsid (they outlive the call that started them while the machine
 # stays warm); `wait` polls them. Measured on two H200s (docs/ablations/tau_h200.md): regen
-# ~96 samples/s per GPU; the three runs at once ~1.27 steps/s each (16 samples, 512 anchors);
-# evaluation with 28 decoding processes ~5.5 answers/s (128 tokens) in all.
+# 92-96 samples/s per GPU; the three runs at once ~1.3 steps/s each (16 samples, 512 anchors;
+# bound by their targets' one-per-answer prefill, now grouped); evaluation with ~30 decoding
+# processes 4.5-5.5 answers/s (128 tokens) in all.
 #
 # Every draft sees the same samples: the data are regenerated once by `splitserve.regenerate`
 # with the recipe's target settings (+recipe=smol_gpu: three sampling settings, answers up to
@@ -28,7 +29,8 @@
 # target.regenerate=false (its target only prefills, to capture hidden states).
 # Environment: W (work dir), SAMPLES (the budget), GPUS, PROCS (decoding processes per
 # evaluation), LIMIT (items per benchmark), CURVE_LIMIT, TOKENS (new tokens per answer),
-# SPEED_LIMIT (GSM8K items of each timed single-stream run), EXTRA
+# SPEED_LIMIT (GSM8K items of each timed single-stream run), ABL_LIMIT and ABL_PROCS (items
+# and processes of each ablation evaluation), EXTRA
 # (overrides added to every command, e.g. to shrink it on CPU), REGEN_EXTRA (to regeneration
 # only, e.g. a smaller prompt pool).
 set -euo pipefail
@@ -43,6 +45,7 @@ LIMIT=${LIMIT:-200}  # GSM8K 200 of its test set, MT-Bench all 80, HumanEval all
 TOKENS=${TOKENS:-128}
 CURVE_LIMIT=${CURVE_LIMIT:-100}  # GSM8K items per earlier DSpark checkpoint
 ABL_LIMIT=${ABL_LIMIT:-40}  # GSM8K and MT-Bench items per ablation job
+ABL_PROCS=${ABL_PROCS:-2}   # decoding processes per ablation evaluation
 SPEED_LIMIT=${SPEED_LIMIT:-25}
 EVAL_HELD=${EVAL_HELD:-32}
 EXTRA=${EXTRA:-}
@@ -141,7 +144,7 @@ wait)
         echo "$(date +%T) $d: $last"
       done
     else
-      n=$(find "$W/eval" "$W/runs" "$W/ablate" -path '*/eval*/*.json' 2> /dev/null | wc -l)
+      n=$( (find "$W/eval" "$W/runs" "$W/ablate" -path '*/eval*/*.json' 2> /dev/null || true) | wc -l)
       echo "$(date +%T) $n reports written (all evaluations), $alive running"
     fi
     [ "$alive" = 0 ] && break
@@ -179,7 +182,7 @@ eval-ablate)
   for run in "$W/runs/dspark" "$W"/ablate/*/; do
     name=$(basename "$run")
     setsid nohup $PY -m serving.evaluate --checkpoint "$run" --bench gsm8k,mtbench \
-      --limit $ABL_LIMIT --max-new-tokens $TOKENS --no-baseline --no-plot --procs 2 \
+      --limit $ABL_LIMIT --max-new-tokens $TOKENS --no-baseline --no-plot --procs $ABL_PROCS \
       > "$W/eval-ablate/$name.log" 2>&1 &
     echo $! > "$W/eval-ablate/$name.pid"
   done
@@ -231,7 +234,7 @@ pack)
     --max-shard-mb 15 > "$W/export.log" 2>&1
   (cd "$W" && sha256sum runs/*/checkpoints/step-*/draft/model*.safetensors export/dspark/* \
     > checksums.txt)
-  mkdir -p "$W/speed"
+  mkdir -p "$W/speed" "$W/eval"  # pack what exists
   tar -czf "$out/results.tar.gz" -C "$W" checksums.txt eval speed export.log \
     runs/dspark.log runs/dflash.log runs/eagle3.log \
     $(cd "$W" && ls runs/*/metrics.jsonl runs/*/.hydra/overrides.yaml regen*.log regen/regen.log 2> /dev/null) \
