@@ -262,12 +262,12 @@ def distillation_loss(
             hidden, latent, conf_logit, w2, lm_head, target_hidden, labels, coef_rows, cfg,
             need_grad,
         )  # fmt: skip
-        means = (terms * weights).sum(1) / total_w * scale
     else:
         terms, metrics = _reference_terms(
             (hidden, latent, conf_logit, target_hidden, labels), lm_head, markov_w2, cfg
         )
-        means = (terms * weights).sum(1) / total_w * scale
+    means = (terms * weights).sum(1) / total_w * scale
+    if not fused:
         loss = (means * coef).sum()
     return LossResult(
         loss=loss,

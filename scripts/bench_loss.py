@@ -25,14 +25,12 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout, installed or not
 
-from bench_packing import load_target, make_sample  # noqa: E402  (scripts/)
+from bench_packing import load_target, make_sample, random_draft  # noqa: E402  (scripts/)
 from benchlib import sync, timed  # noqa: E402
 
 from draft_models import (  # noqa: E402
     DraftConfig,
-    FrozenTargetHead,
     LossConfig,
-    build_draft,
     distillation_loss,
     pack_sequences,
 )
@@ -73,14 +71,9 @@ def main() -> None:
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     dtype = resolve_dtype("auto", device)
     target = load_target(args.target_shape)
-    g = torch.Generator().manual_seed(0)
-    embed = (torch.randn(target.vocab_size, target.hidden_size, generator=g) * 0.02).to(
-        device, dtype
-    )
-    head = FrozenTargetHead(embed, embed)
     cfg = DraftConfig(num_layers=args.num_layers, markov_rank=args.markov_rank)
-    torch.manual_seed(0)
-    model = build_draft(cfg, target, head).to(device, dtype)
+    model, head = random_draft(target, cfg, device, dtype)
+    embed = head.lm_head_weight
     with torch.no_grad():  # a non-zero Markov projection, as after training starts
         model.markov_head.markov_w2.weight.normal_(0, 0.02)
     nfeat = len(model.cfg.target_layer_ids)

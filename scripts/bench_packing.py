@@ -59,6 +59,17 @@ def make_sample(
     )
 
 
+def random_draft(target: TargetSpec, cfg: DraftConfig, device, dtype):
+    """(draft, frozen head): random weights (seed 0) over a random tied embedding, for cost."""
+    g = torch.Generator().manual_seed(0)
+    embed = (torch.randn(target.vocab_size, target.hidden_size, generator=g) * 0.02).to(
+        device, dtype
+    )
+    head = FrozenTargetHead(embed, embed)
+    torch.manual_seed(0)
+    return build_draft(cfg, target, head).to(device, dtype), head
+
+
 def step(model, batch, backend):
     out = model(batch, backend=backend)
     w2 = model.markov_head.markov_w2.weight if model.sequential_head is not None else None
@@ -123,14 +134,8 @@ def main() -> None:
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     dtype = resolve_dtype("auto", device)
     target = load_target(args.target_shape)
-    g = torch.Generator().manual_seed(0)
-    embed = (torch.randn(target.vocab_size, target.hidden_size, generator=g) * 0.02).to(
-        device, dtype
-    )
-    head = FrozenTargetHead(embed, embed)
     cfg = DraftConfig(num_layers=args.num_layers, block_size=args.block_size)
-    torch.manual_seed(0)
-    model = build_draft(cfg, target, head).to(device, dtype)
+    model, head = random_draft(target, cfg, device, dtype)
     nfeat = len(model.cfg.target_layer_ids)
     report = {
         "device": torch.cuda.get_device_name()

@@ -63,7 +63,7 @@ waitall() {  # wait for every pid given; fail if any failed
   return $rc
 }
 
-common=(+recipe=smol_gpu target.regenerate=false target.generate_batch=32
+common=(+recipe=smol_gpu target.regenerate=false
   "data.sources=[{kind:jsonl_chat,path:$W/regen.jsonl,limit:null,weight:1}]"
   data.eval_prompts=$EVAL_HELD train.micro_batch=$MICRO train.steps=$STEPS
   train.warmup_steps=$((STEPS * 4 / 100)) train.checkpoint_every=$(((STEPS + 3) / 4))

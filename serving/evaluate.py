@@ -81,17 +81,19 @@ class Tally:
             out.reached = [a + b for a, b in zip(out.reached, t.reached, strict=True)]
             out.hits = [a + b for a, b in zip(out.hits, t.hits, strict=True)]
             for i, (e, n) in t.per_item.items():
-                mine = out.per_item.setdefault(i, [0, 0])
-                mine[0], mine[1] = mine[0] + e, mine[1] + n
+                out._add_item(i, e, n)
         return out
+
+    def _add_item(self, item: int, emitted: int, steps: int) -> None:
+        mine = self.per_item.setdefault(item, [0, 0])
+        mine[0], mine[1] = mine[0] + emitted, mine[1] + steps
 
     def add(self, res: DecodeResult, wall_s: float, item: int | None = None) -> None:
         self.tokens += len(res.token_ids)
         self.steps += res.steps
         self.emitted += sum(res.accept_lengths)
         if item is not None:
-            mine = self.per_item.setdefault(item, [0, 0])
-            mine[0], mine[1] = mine[0] + sum(res.accept_lengths), mine[1] + res.steps
+            self._add_item(item, sum(res.accept_lengths), res.steps)
         self.wall_s += wall_s
         self.verified += sum(res.verified)
         self.accepted += sum(res.accepted)

@@ -54,7 +54,8 @@ class StaticTarget(TargetBackend):
         self.engine = Regenerator(
             self.model,
             self.layer_ids,
-            slots=self.cfg.generate_batch,
+            # teacher forcing fills `prefill_group` rows at a time and needs no more
+            slots=self.cfg.generate_batch if self.cfg.regenerate else self.prefill_group,
             # the longest sequence: a prompt of max_prompt_tokens and at least one new token
             max_len=max(setup.max_length, setup.max_prompt_tokens) + 1,
             eos=self._stop_ids(),
@@ -84,7 +85,7 @@ class StaticTarget(TargetBackend):
         """Dataset answers (target.regenerate=false) prefilled by one forward. One forward per
         answer kept the target busy 85 % of the time at ~21 samples/s (three runs on two H200s,
         SmolLM2, ~430 tokens a sample, docs/ablations/tau_h200.md): the trainers waited on it.
-        32 is two micro-batches of the GPU recipe; the cache has `generate_batch` rows."""
+        32 is two micro-batches of the GPU recipe (and the cache's rows when teacher forcing)."""
         return min(self.cfg.generate_batch, 32)
 
     def produce(self, g: int, conversation: Conversation) -> SequenceSample:
