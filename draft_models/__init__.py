@@ -12,7 +12,7 @@ from .models import DraftModel, DraftOutput, build_draft
 from .packing import PackedBatch, SequenceSample, pack_blocks, pack_sequences, sample_anchors
 from .registry import DraftArch, arch_names, get_arch, register_arch, unregister_arch
 from .sampling import pick
-from .sts import StsResult, fit_sts
+from .sts import StsResult, fit_sts, score_sts
 
 __all__ = [
     "ConfidenceHead",
@@ -40,6 +40,7 @@ __all__ = [
     "distillation_loss",
     "draft_loss",
     "fit_sts",
+    "score_sts",
     "get_arch",
     "load_draft_config",
     "pack_blocks",

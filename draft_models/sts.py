@@ -111,9 +111,7 @@ def fit_sts(
         raise ValueError(f"num_accepted must lie in [0, {gamma}]")
     grid = default_grid() if grid is None else grid
     labels = prefix_labels(num_accepted, gamma)
-    ones = torch.ones(gamma, dtype=torch.float64)
-    before = survival(logits, ones)
-    temps = ones.clone()
+    temps = torch.ones(gamma, dtype=torch.float64)
     notes = []
     for k in range(gamma):
         positives = int(labels[:, k].sum())
@@ -134,21 +132,39 @@ def fit_sts(
             if ece < best_ece - 1e-12:
                 best_t, best_ece = t, ece
         temps[k] = best_t
-    after = survival(logits, temps)
+    scores = score_sts(logits, num_accepted, temps, num_bins)
     return StsResult(
         temperatures=temps.tolist(),
-        ece_before=[
-            expected_calibration_error(before[:, k], labels[:, k], num_bins) for k in range(gamma)
-        ],
-        ece_after=[
-            expected_calibration_error(after[:, k], labels[:, k], num_bins) for k in range(gamma)
-        ],
-        auc_before=[roc_auc(before[:, k], labels[:, k]) for k in range(gamma)],
-        auc_after=[roc_auc(after[:, k], labels[:, k]) for k in range(gamma)],
+        **{k: scores[k] for k in ("ece_before", "ece_after", "auc_before", "auc_after")},
         num_samples=n,
         dataset=dataset,
         notes=notes,
     )
+
+
+def score_sts(
+    logits: torch.Tensor,
+    num_accepted: torch.Tensor,
+    temperatures: torch.Tensor | list[float],
+    num_bins: int = 15,
+) -> dict:
+    """ECE and AUC per position of the raw head (T = 1) and with `temperatures`, on blocks that
+    may be other than those the temperatures were fitted on (a held-out test split)."""
+    gamma = logits.shape[1]
+    labels = prefix_labels(num_accepted, gamma)
+    before = survival(logits, torch.ones(gamma, dtype=torch.float64))
+    after = survival(logits, torch.as_tensor(temperatures, dtype=torch.float64))
+    return {
+        "num_samples": logits.shape[0],
+        "ece_before": [
+            expected_calibration_error(before[:, k], labels[:, k], num_bins) for k in range(gamma)
+        ],
+        "ece_after": [
+            expected_calibration_error(after[:, k], labels[:, k], num_bins) for k in range(gamma)
+        ],
+        "auc_before": [roc_auc(before[:, k], labels[:, k]) for k in range(gamma)],
+        "auc_after": [roc_auc(after[:, k], labels[:, k]) for k in range(gamma)],
+    }
 
 
 def read_temperatures(path: str | Path, gamma: int) -> list[float]:

@@ -17,11 +17,19 @@
 #   bash scripts/tau_experiment.sh speed        # single-stream speedups; STS, SPS, schedulers
 #   bash scripts/tau_experiment.sh pack OUT     # export DSpark, checksums, results archive
 #
+#   bash scripts/tau_experiment.sh pipeline     # all of the above in one background job, in
+#   bash scripts/tau_experiment.sh follow S     #   order of worth (below); follow polls it
+#
+# pipeline: the SPS table on idle GPUs, regen, the main runs and the seven ablations at once,
+# speed (the GPUs idle again), the main evaluation with the budget curve, the ablations'
+# evaluation, report-ablate, pack into $W/pack. What is cut short by the device's time is
+# what matters least; `pack` run by hand packs whatever exists.
 # Background phases run under setsid (they outlive the call that started them while the machine
-# stays warm); `wait` polls them. Measured on two H200s (docs/ablations/tau_h200.md): regen
-# 92-96 samples/s per GPU; the three runs at once ~1.3 steps/s each (16 samples, 512 anchors;
-# bound by their targets' one-per-answer prefill, now grouped); evaluation with ~30 decoding
-# processes 4.5-5.5 answers/s (128 tokens) in all.
+# stays warm: keep calls back to back, an idle machine is released after ~30 s); `wait` polls
+# them. Measured on two H200s (docs/ablations/tau_h200.md): regen 90-96 samples/s per GPU;
+# training ~76 samples/s over the two GPUs whether 3 or 10 runs share them (time-sliced: three
+# runs of 750 steps take ~9.5 min, ten 2.2 s/step); evaluation with ~30 decoding processes
+# 4.5-5.5 answers/s (128 tokens) in all; speed ~150 s.
 #
 # Every draft sees the same samples: the data are regenerated once by `splitserve.regenerate`
 # with the recipe's target settings (+recipe=smol_gpu: three sampling settings, answers up to
@@ -29,10 +37,11 @@
 # target.regenerate=false (its target only prefills, to capture hidden states).
 # Environment: W (work dir), SAMPLES (the budget), GPUS, PROCS (decoding processes per
 # evaluation), LIMIT (items per benchmark), CURVE_LIMIT, TOKENS (new tokens per answer),
-# SPEED_LIMIT (GSM8K items of each timed single-stream run), ABL_LIMIT and ABL_PROCS (items
-# and processes of each ablation evaluation), EXTRA
-# (overrides added to every command, e.g. to shrink it on CPU), REGEN_EXTRA (to regeneration
-# only, e.g. a smaller prompt pool).
+# SPEED_LIMIT (GSM8K items of each timed single-stream run), EVAL_JOBS (the main evaluations,
+# draft-tT; "" for none), RUNS (the main runs `train` starts), ABLATE and SPEED (0: the pipeline
+# skips the ablations / the speed phase), ABL_LIMIT and ABL_PROCS (items and processes of each
+# ablation evaluation), EXTRA (overrides added to every command, e.g. to shrink it on CPU),
+# REGEN_EXTRA (to regeneration only, e.g. a smaller prompt pool).
 set -euo pipefail
 SELF="$(cd "$(dirname "$0")" && pwd)/$(basename "$0")"
 cd "$(dirname "$0")/.."
@@ -47,7 +56,11 @@ CURVE_LIMIT=${CURVE_LIMIT:-100}  # GSM8K items per earlier DSpark checkpoint
 ABL_LIMIT=${ABL_LIMIT:-40}  # GSM8K and MT-Bench items per ablation job
 ABL_PROCS=${ABL_PROCS:-2}   # decoding processes per ablation evaluation
 SPEED_LIMIT=${SPEED_LIMIT:-25}
-EVAL_HELD=${EVAL_HELD:-32}
+ABLATE=${ABLATE:-1}  # 0: the pipeline leaves the ablations out
+SPEED=${SPEED:-1}    # 0: the pipeline leaves the speed phase out
+EVAL_JOBS=${EVAL_JOBS-dspark-t0 dspark-t1 dflash-t0 dflash-t1 eagle3-t0 eagle3-t1}  # "": none
+RUNS=${RUNS:-dspark dflash eagle3}  # the main runs `train` starts (dspark is the ablations' baseline)
+EVAL_HELD=${EVAL_HELD:-64}  # held out of training: its eval, and STS fit/test prompts
 EXTRA=${EXTRA:-}
 REGEN_EXTRA=${REGEN_EXTRA:-}
 STEPS=$((SAMPLES / MICRO))
@@ -111,10 +124,15 @@ train)
   [ -f "$W/regen.jsonl" ] || { echo "error: $W/regen.jsonl is missing (run regen first)"; exit 1; }
   mkdir -p "$W/runs"
   # targets and trainers spread over the two GPUs: DSpark 0 -> 1, DFlash 1 -> 0, EAGLE-3 0 -> 1
-  launch runs dspark 0,1 29500
-  launch runs dflash 1,0 29510 draft=dflash
-  launch runs eagle3 0,1 29520 draft=eagle3 draft.num_layers=1
-  echo "started: $STEPS steps x $MICRO samples each"
+  for run in $RUNS; do
+    case $run in
+    dspark) launch runs dspark 0,1 29500 ;;
+    dflash) launch runs dflash 1,0 29510 draft=dflash ;;
+    eagle3) launch runs eagle3 0,1 29520 draft=eagle3 draft.num_layers=1 ;;
+    *) echo "error: RUNS: unknown run $run (allowed: dspark dflash eagle3)"; exit 1 ;;
+    esac
+  done
+  echo "started: $RUNS, $STEPS steps x $MICRO samples each"
   ;;
 ablate)
   # the issue's DSpark ablations on the same file and budget, one axis changed per job; the
@@ -162,11 +180,9 @@ eval)
       --out "$W/eval/$name" "$@" > "$W/eval/$name.log" 2>&1 &
     echo $! > "$W/eval/$name.pid"
   }
-  for d in dspark dflash eagle3; do
-    for t in 0 1; do
-      start "$d-t$t" --checkpoint "$W/runs/$d" --bench gsm8k,mtbench,humaneval --limit $LIMIT \
-        --temperature $t --procs $PROCS
-    done
+  for job in $EVAL_JOBS; do  # draft-tT
+    start "$job" --checkpoint "$W/runs/${job%-t*}" --bench gsm8k,mtbench,humaneval \
+      --limit $LIMIT --temperature ${job##*-t} --procs $PROCS
   done
   # DSpark's budget curve: its earlier checkpoints on GSM8K, greedy (the last one is dspark-t0)
   ckpts=("$W"/runs/dspark/checkpoints/step-*)
@@ -217,15 +233,62 @@ speed)
   waitall $a $b || failed
   one eagle3-fixed 0 eagle3 & a=$!
   CUDA_VISIBLE_DEVICES=1 $PY -m serving.calibrate --checkpoint "$W/runs/dspark" \
-    --out "$W/speed/sts.json" --max-new-tokens $TOKENS > "$W/speed/calibrate.log" 2>&1 & b=$!
+    --out "$W/speed/sts.json" --report "$W/speed/sts_report.json" --max-new-tokens $TOKENS \
+    > "$W/speed/calibrate.log" 2>&1 & b=$!
   waitall $a $b || failed
-  CUDA_VISIBLE_DEVICES=0 $PY -m serving.profile_sps --out "$W/speed/sps.json" \
-    > "$W/speed/profile_sps.log" 2>&1 || failed
+  [ -f "$W/speed/sps_verify.json" ] || bash "$SELF" sps || failed
+  # the prefix scheduler's table: whole decode steps of this draft by verify width (the target's
+  # verify alone is a fraction of a step here; see serving/profile_sps.py)
+  CUDA_VISIBLE_DEVICES=0 $PY -m serving.profile_sps --checkpoint "$W/runs/dspark" \
+    --out "$W/speed/sps.json" > "$W/speed/profile_sps_steps.log" 2>&1 || failed
   one dspark-threshold 0 dspark --scheduler threshold --sts "$W/speed/sts.json" & a=$!
   one dspark-prefix 1 dspark --scheduler prefix --sps "$W/speed/sps.json" \
     --sts "$W/speed/sts.json" & b=$!
   waitall $a $b || failed
-  cat "$W/speed/calibrate.log" "$W/speed/profile_sps.log"
+  cat "$W/speed/calibrate.log" "$W/speed/profile_sps.log" "$W/speed/profile_sps_steps.log"
+  ;;
+sps)  # the target's verify step rate by width on an idle GPU (SGLang's kind of table)
+  mkdir -p "$W/speed"
+  CUDA_VISIBLE_DEVICES=0 $PY -m serving.profile_sps --out "$W/speed/sps_verify.json" \
+    > "$W/speed/profile_sps.log" 2>&1
+  ;;
+pipeline)
+  mkdir -p "$W"
+  setsid nohup bash "$SELF" pipeline-fg > "$W/pipeline.log" 2>&1 &
+  echo $! > "$W/pipeline.pid"
+  echo "started: the whole experiment ($SAMPLES samples per run); follow it with: follow S"
+  ;;
+pipeline-fg)
+  step() { echo "### $(date +%T) $*"; "$@" || echo "### $(date +%T) failed: $*"; }
+  step bash "$SELF" sps
+  step bash "$SELF" regen
+  step bash "$SELF" wait regen 3600
+  [ -f "$W/regen.jsonl" ] || { echo "error: regeneration wrote no $W/regen.jsonl"; exit 1; }
+  step bash "$SELF" train
+  [ "$ABLATE" = 1 ] && step bash "$SELF" ablate
+  step bash "$SELF" wait runs 7200
+  [ "$ABLATE" = 1 ] && step bash "$SELF" wait ablate 7200
+  [ "$SPEED" = 1 ] && step bash "$SELF" speed
+  step bash "$SELF" eval
+  step bash "$SELF" wait eval 7200
+  if [ "$ABLATE" = 1 ]; then
+    step bash "$SELF" eval-ablate
+    step bash "$SELF" wait eval-ablate 7200
+    step bash "$SELF" report-ablate "$W/ablate-report"
+  fi
+  mkdir -p "$W/pack"
+  step bash "$SELF" pack "$W/pack"
+  echo "### $(date +%T) pipeline done"
+  ;;
+follow)  # print the pipeline's progress every 30 s until it ends or S seconds pass
+  end=$((SECONDS + ${2:-540}))
+  while kill -0 "$(cat "$W/pipeline.pid")" 2> /dev/null; do
+    grep '^### ' "$W/pipeline.log" | tail -n 1
+    tail -n 2 "$W/pipeline.log" | cut -c1-200
+    [ $SECONDS -ge $end ] && { echo "still running"; exit 0; }
+    sleep 30
+  done
+  tail -n 40 "$W/pipeline.log" | cut -c1-300
   ;;
 pack)
   out=${2:?pack needs an output directory}

@@ -4,7 +4,9 @@
 
 DIR holds `eval/<draft>-t<T>/<bench>.json` (serving.evaluate, tau-only, the items evaluated),
 `eval/curve-step-N/gsm8k.json` (DSpark's earlier checkpoints), `speed/<name>/gsm8k.json`
-(single-stream runs with target-only decoding), `speed/sts.json`, `speed/sps.json` and
+(single-stream runs with target-only decoding), `speed/sts.json` (with `sts_report.json`: ECE/AUC
+on the fit and test prompts), `speed/sps.json` (whole decode steps by verify width;
+`sps_verify.json`: the target's verify alone) and
 `runs/<draft>/metrics.jsonl`. The table keeps the issue's shape ({draft: {bench: {greedy, t1}}},
 budget_samples, commands) and adds acceptance by position, macro tau, the budget curve, the
 speedups and the goals (value, limit, met) computed from those figures. Where the reports
@@ -66,12 +68,25 @@ def assemble(
             for name in TEMPS
         }
         table[d], acceptance[d] = row, acc
-    curve = []
+    curve, curve_items = [], None
     for p in sorted(results.glob("eval/curve-step-*/gsm8k.json")):
         step = int(re.fullmatch(r"curve-step-(\d+)", p.parent.name).group(1))
-        curve.append(
-            {"step": step, "samples": step * micro, "tau_gsm8k_greedy": _r(_load(p)["tau"])}
-        )
+        rep = _load(p)
+        curve.append({"step": step, "samples": step * micro, "tau_gsm8k_greedy": _r(rep["tau"])})
+        curve_items = {i for i, _, _ in rep.get("per_item", [])} or None
+    final = _load(results / "eval" / "dspark-t0" / "gsm8k.json")
+    if curve_items and final and "per_item" in final:
+        # the last checkpoint on the curve's own items (the first CURVE_LIMIT of the 200)
+        parts = [(e, n) for i, e, n in final["per_item"] if i in curve_items]
+        if len(parts) == len(curve_items):
+            curve.append(
+                {
+                    "step": budget // micro,
+                    "samples": budget,
+                    "tau_gsm8k_greedy": _r(sum(e for e, _ in parts) / sum(n for _, n in parts)),
+                    "from": "eval/dspark-t0, the curve's items",
+                }
+            )
     curve.sort(key=lambda c: c["step"])
     speed = {}
     for p in sorted(results.glob("speed/*/gsm8k.json")):
@@ -128,7 +143,7 @@ def assemble(
         "training": losses,
         "regeneration": regen,  # splitserve.regenerate's summary line of each shard
     }
-    for name in ("sts", "sps"):
+    for name in ("sts", "sts_report", "sps", "sps_verify"):
         data = _load(results / "speed" / f"{name}.json")
         if data is not None:
             out[name] = data

@@ -3,18 +3,23 @@ reads from `--speculative-dspark-confidence-sts-path`.
 
     python -m serving.calibrate --checkpoint RUN/checkpoints/step-N --out sts.json
         [--prompts held-out|gsm8k|mtbench|humaneval] [--limit N] [--max-new-tokens N]
-        [--min-per-class N] [--target DIR] [--device auto] [--dtype auto]
+        [--min-per-class N] [--test-fraction F] [--report R.json] [--target DIR] [--device auto]
+        [--dtype auto]
 
 `held-out` (default) takes the prompts the training run held out of every source (its config is
 saved in the checkpoint), so calibration never sees training prompts. The decoder runs greedy with
 every draft slot verified, recording each block's raw confidence logits and how many drafts were
-accepted; `draft_models.sts.fit_sts` fits one temperature per position. ECE and AUC of the prefix
-survival per position are printed before and after.
+accepted; `draft_models.sts.fit_sts` fits one temperature per position. The last
+`--test-fraction` of the prompts (default half) is kept out of the fit: ECE and AUC of the prefix
+survival per position, before and after, are printed on the fitted prompts and on those test
+prompts (the figures to trust), and `--report` writes both as JSON. Blocks of one prompt stay on
+one side of the split.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -22,7 +27,7 @@ import torch
 from tqdm import tqdm
 
 from draft_models.config_io import load_dataclass
-from draft_models.sts import fit_sts
+from draft_models.sts import fit_sts, score_sts
 from splitserve import checkpoint
 from splitserve.data import DataConfig, load_prompts, prompt_turns
 from splitserve.target.chat import prompt_ids
@@ -42,24 +47,56 @@ def held_out_prompts(ckpt: Path, limit: int | None) -> list[list[str]]:
 
 def collect(
     decoder, tok, items: list[list[str]], max_new_tokens: int
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Raw confidence logits [N, gamma] and accepted counts [N] of every full-width block."""
-    logits, accepted = [], []
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Per prompt: raw confidence logits [n, gamma] and accepted counts [n] of its full-width
+    blocks (n may be 0)."""
+    per_prompt = []
     for item in tqdm(items, desc="calibrate", unit="prompt", dynamic_ncols=True):
         ids = prompt_ids(tok, [{"role": "user", "content": item[0]}])
         res = decoder.generate(
             ids, max_new_tokens, eos_token_id=tok.eos_token_id, record_confidence=True
         )
+        logits, accepted = [], []
         steps = zip(res.confidence_logits, res.verified, res.accepted, strict=True)
         for row, n_ver, n_acc in steps:
             if n_ver == decoder.gamma:  # the last step may be cut short by the token budget
                 logits.append(row)
                 accepted.append(n_acc)
-    if not logits:
-        raise ValueError(
-            "no full draft block was verified; raise --max-new-tokens or use more prompts"
+        per_prompt.append(
+            (
+                torch.tensor(logits, dtype=torch.float64).reshape(-1, decoder.gamma),
+                torch.tensor(accepted, dtype=torch.long),
+            )
         )
-    return torch.tensor(logits, dtype=torch.float64), torch.tensor(accepted)
+    return per_prompt
+
+
+def n_test_prompts(n: int, test_fraction: float) -> int:
+    """How many of n prompts form the test split; an error if either split would be empty."""
+    n_test = math.ceil(test_fraction * n)
+    if test_fraction > 0 and not 0 < n_test < n:
+        raise ValueError(
+            f"--test-fraction {test_fraction:g} of {n} prompts leaves no prompt for fitting or "
+            "none for testing; use more prompts (--limit) or --test-fraction 0"
+        )
+    return n_test
+
+
+def split(
+    per_prompt: list[tuple[torch.Tensor, torch.Tensor]], test_fraction: float
+) -> tuple[tuple[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor] | None]:
+    """(fit blocks, test blocks or None): the last ceil(fraction x prompts) prompts are the test
+    split, so one prompt's correlated blocks never sit on both sides."""
+    n_test = n_test_prompts(len(per_prompt), test_fraction)
+    parts = [per_prompt[: len(per_prompt) - n_test], per_prompt[len(per_prompt) - n_test :]]
+    blocks = [(torch.cat([x for x, _ in p]), torch.cat([y for _, y in p])) for p in parts if p]
+    for logits, _ in blocks:
+        if logits.shape[0] == 0:
+            raise ValueError(
+                "a split has no full draft block verified; raise --max-new-tokens or use more "
+                "prompts"
+            )
+    return blocks[0], (blocks[1] if n_test else None)
 
 
 def _auc(value: float) -> str:
@@ -87,7 +124,29 @@ def build_parser():
         default=10,
         help="a position is fitted only with at least this many accepted and rejected drafts",
     )
+    ap.add_argument(
+        "--test-fraction",
+        type=cli.PROBABILITY,
+        default=0.5,
+        help="share of the prompts (the last ones) kept out of the fit to measure ECE/AUC on; "
+        "0 fits on all and reports in-sample figures only",
+    )
+    ap.add_argument("--report", type=Path, help="also write the ECE/AUC of both splits as JSON")
     return ap
+
+
+def _table(title: str, scores: dict, temperatures: list[float], notes: list[str]) -> None:
+    print(title)
+    print(
+        f"{'pos':>3} {'T':>6} {'ECE before':>10} {'ECE after':>9} {'AUC before':>10} "
+        f"{'AUC after':>9}  temperature"
+    )
+    for k, t in enumerate(temperatures):
+        aucs = [_auc(a) for a in (scores["auc_before"][k], scores["auc_after"][k])]
+        print(
+            f"{k + 1:>3} {t:6.3f} {scores['ece_before'][k]:10.4f} {scores['ece_after'][k]:9.4f} "
+            f"{aucs[0]:>10} {aucs[1]:>9}  {notes[k]}"
+        )
 
 
 def main(argv=None) -> int:
@@ -110,25 +169,44 @@ def main(argv=None) -> int:
             if args.prompts == "held-out"
             else load_bench(args.prompts, args.limit)
         )
-        logits, accepted = collect(decoder, tok, items, args.max_new_tokens)
+        n_test = n_test_prompts(len(items), args.test_fraction)  # before the decoding
+        (logits, accepted), test = split(
+            collect(decoder, tok, items, args.max_new_tokens), args.test_fraction
+        )
+        result = fit_sts(logits, accepted, dataset=args.prompts, min_per_class=args.min_per_class)
     except (ValueError, FileNotFoundError, NotImplementedError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    result = fit_sts(logits, accepted, dataset=args.prompts, min_per_class=args.min_per_class)
+    fitted = {k: getattr(result, k) for k in ("ece_before", "ece_after", "auc_before", "auc_after")}
+    fitted["num_samples"] = result.num_samples
+    report = {
+        "prompts": args.prompts,
+        "temperatures": result.temperatures,
+        "notes": result.notes,
+        "fit": {"prompts": len(items) - n_test, **fitted},
+    }
+    print(f"{len(items)} prompts: fitted on {len(items) - n_test}, tested on {n_test}")
+    _table(
+        f"fit split ({len(items) - n_test} prompts, {result.num_samples} blocks; in-sample)",
+        fitted,
+        result.temperatures,
+        result.notes,
+    )
+    if test is not None:
+        scores = score_sts(*test, result.temperatures)
+        report["test"] = {"prompts": n_test, **scores}
+        _table(
+            f"test split ({n_test} prompts, {scores['num_samples']} blocks; not fitted on)",
+            scores,
+            result.temperatures,
+            [n if n == "fitted" else "kept T=1.0 (see the fit split)" for n in result.notes],
+        )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result.sglang_json(), indent=1))
-    print(f"{len(items)} prompts, {result.num_samples} blocks")
-    print(
-        f"{'pos':>3} {'T':>6} {'ECE before':>10} {'ECE after':>9} {'AUC before':>10} "
-        f"{'AUC after':>9}  temperature"
-    )
-    for k, t in enumerate(result.temperatures):
-        aucs = [_auc(a) for a in (result.auc_before[k], result.auc_after[k])]
-        print(
-            f"{k + 1:>3} {t:6.3f} {result.ece_before[k]:10.4f} {result.ece_after[k]:9.4f} "
-            f"{aucs[0]:>10} {aucs[1]:>9}  {result.notes[k]}"
-        )
-    print(f"wrote {args.out}")
+    if args.report is not None:
+        args.report.parent.mkdir(parents=True, exist_ok=True)
+        args.report.write_text(json.dumps(report, indent=1))
+    print(f"wrote {args.out}" + (f" and {args.report}" if args.report else ""))
     return 0
 
 

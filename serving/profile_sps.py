@@ -1,12 +1,22 @@
-"""Profile the verify step rate by width on this device and write the SPS table SGLang reads.
+"""Profile the step rate by verify width on this device and write the SPS table SGLang reads.
 
     python -m serving.profile_sps --out sps.json [--target DIR] [--widths 1 2 4 8 16] \
         [--context 512] [--repeats 5] [--runtime auto|eager|static]
+    python -m serving.profile_sps --out sps.json --checkpoint CKPT [--widths 1 2 ... gamma+1] \
+        [--context 512] [--repeats 5] [--new-tokens 64] [--runtime ...] [--device] [--dtype]
 
-For each width B, the target runs B tokens over a KV cache already holding `--context` tokens
-on the engine decoding uses (`--runtime`, as serving.generate picks it: the static runtime's
-CUDA graphs on a GPU where the target is Llama-family), then the cache is rewound;
-the median over repeats gives steps per second. The default target is the embedded SmolLM2.
+Without `--checkpoint`, the target's verify step alone: for each width B the target runs B tokens
+over a KV cache already holding `--context` tokens on the engine decoding uses (`--runtime`, as
+serving.generate picks it: the static runtime's CUDA graphs on a GPU where the target is
+Llama-family), then the cache is rewound; the median over repeats gives steps per second. The
+default target is the embedded SmolLM2.
+
+With `--checkpoint`, the whole speculative decode step of serving.decoder at each width: the
+draft's proposal, the verify of B tokens, acceptance and the draft's commit, host work included
+(a fixed schedule of B - 1 drafts, `--new-tokens` tokens after a `--context`-token prompt, less
+the same request cut to its prefill). That is the cost the prefix scheduler weighs (the paper's
+"engine steps per second"): where a small target's verify costs little beside the draft and the
+host, a verify-only table makes a step without drafts look cheaper than it is.
 """
 
 from __future__ import annotations
@@ -18,11 +28,14 @@ from pathlib import Path
 
 import torch
 
+from splitserve import checkpoint
 from splitserve.target.models import load_causal_lm
 from splitserve.target.runtime.engines import RUNTIMES, make_engine
 
 from . import cli
 from .decoder import MAX_LEN
+from .loading import load_decoder, pick_device
+from .scheduler import SchedulerConfig
 from .sps import SpsTable
 
 
@@ -61,6 +74,43 @@ def profile(
     return SpsTable(list(widths), rates, widths[-1])
 
 
+def profile_steps(decoder, widths: list[int], context: int, repeats: int, new_tokens: int):
+    """Whole speculative decode steps/s by verify width (see the module docstring)."""
+    if not widths or widths != sorted(set(widths)) or widths[0] < 1:
+        raise ValueError(f"--widths must be strictly increasing integers >= 1, got {widths}")
+    if widths[-1] > decoder.gamma + 1:
+        raise ValueError(
+            f"--widths {widths}: a step of this draft verifies at most gamma + 1 = "
+            f"{decoder.gamma + 1} tokens"
+        )
+    if context < 1 or repeats < 1 or new_tokens < 2:
+        raise ValueError("--context and --repeats must be >= 1 and --new-tokens >= 2")
+    vocab = decoder.target.config.get_text_config().vocab_size
+    prompt = torch.randint(0, vocab, (context,), generator=torch.Generator().manual_seed(0))
+    prompt = prompt.tolist()
+
+    def timed(n: int):
+        if decoder.device.type == "cuda":
+            torch.cuda.synchronize(decoder.device)
+        t0 = time.perf_counter()
+        res = decoder.generate(prompt, n)
+        if decoder.device.type == "cuda":
+            torch.cuda.synchronize(decoder.device)
+        return time.perf_counter() - t0, res.steps
+
+    print(f"whole decode steps, context {context}, {new_tokens} new tokens per request")
+    rates = []
+    for w in widths:
+        decoder.scheduler = SchedulerConfig("fixed", length=w - 1)
+        per_step = []
+        for _ in range(repeats + 1):  # the first is a warm-up (and the graphs' captures)
+            full, steps = timed(new_tokens)
+            prefill, _ = timed(1)  # the same request without a decode step
+            per_step.append(max(full - prefill, 1e-9) / steps)
+        rates.append(1.0 / statistics.median(per_step[1:]))
+    return SpsTable(list(widths), rates, widths[-1])
+
+
 def build_parser():
     """This CLI's flags (its --help)."""
     ap = cli.parser("profile_sps", "Profile verify steps/s by width; write SGLang's SPS table JSON")
@@ -72,13 +122,31 @@ def build_parser():
         "--widths",
         type=cli.POSITIVE,
         nargs="+",
-        default=[1, 2, 4, 8, 16],
-        help="verify widths to time, strictly increasing",
+        help="verify widths to time, strictly increasing (default: 1 2 4 8 16; with "
+        "--checkpoint every width from 1 to gamma + 1)",
     )
     ap.add_argument(
         "--context", type=cli.POSITIVE, default=512, help="tokens already in the KV cache"
     )
-    ap.add_argument("--repeats", type=cli.POSITIVE, default=5, help="timed steps per width")
+    ap.add_argument("--repeats", type=cli.POSITIVE, default=5, help="timed runs per width")
+    ap.add_argument(
+        "--checkpoint",
+        type=Path,
+        help="a draft checkpoint (or run directory): time whole speculative decode steps with it",
+    )
+    ap.add_argument(
+        "--new-tokens",
+        type=cli.int_at_least(2),
+        default=64,
+        help="with --checkpoint: tokens decoded per timed request",
+    )
+    ap.add_argument("--device", default="auto", help="auto (GPU when available) | cpu | cuda[:i]")
+    ap.add_argument(
+        "--dtype",
+        default="auto",
+        choices=["auto", "float32", "bfloat16"],
+        help="auto: bf16 on GPU, fp32 on CPU",
+    )
     ap.add_argument(
         "--runtime",
         default="auto",
@@ -93,16 +161,31 @@ def main(argv=None) -> int:
     ap = build_parser()
     args = ap.parse_args(argv)
     try:
-        if args.target is None:
-            from splitserve.target.embedded import ensure_smollm2
+        if args.checkpoint is not None:
+            decoder, _ = load_decoder(
+                checkpoint.resolve(args.checkpoint),
+                args.target,
+                scheduler=SchedulerConfig("fixed"),
+                device=args.device,
+                dtype=args.dtype,
+                runtime=args.runtime,
+            )
+            widths = args.widths or list(range(1, decoder.gamma + 2))
+            table = profile_steps(decoder, widths, args.context, args.repeats, args.new_tokens)
+        else:
+            if args.target is None:
+                from splitserve.target.embedded import ensure_smollm2
 
-            args.target = ensure_smollm2()
-        if not (args.target / "config.json").is_file():
-            raise FileNotFoundError(f"{args.target} is not a HF model directory (no config.json)")
-        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-        target = load_causal_lm(args.target, device, "auto")
-        table = profile(target, args.widths, args.context, args.repeats, device, args.runtime)
-    except (ValueError, FileNotFoundError) as exc:
+                args.target = ensure_smollm2()
+            if not (args.target / "config.json").is_file():
+                raise FileNotFoundError(
+                    f"{args.target} is not a HF model directory (no config.json)"
+                )
+            device = pick_device(args.device)
+            target = load_causal_lm(args.target, device, args.dtype)
+            widths = args.widths or [1, 2, 4, 8, 16]
+            table = profile(target, widths, args.context, args.repeats, device, args.runtime)
+    except (ValueError, FileNotFoundError, NotImplementedError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     args.out.write_text(table.to_json())

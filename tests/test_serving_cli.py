@@ -90,12 +90,14 @@ def test_calibrate_writes_sglang_sts_from_held_out_prompts(dspark_ckpt, tmp_path
     out = tmp_path / "sts.json"
     assert (
         calibrate_main(
+            # the run held out one prompt: no test split (0 fits on all, in-sample figures)
             ["--checkpoint", str(dspark_ckpt), "--out", str(out), "--max-new-tokens", "24"]
+            + ["--test-fraction", "0"]
         )
         == 0
     )
     text = capsys.readouterr().out
-    assert "ECE before" in text and text.count("\n") >= 6
+    assert "ECE before" in text and text.count("\n") >= 6 and "test split" not in text
     data = json.loads(out.read_text())
     assert data["dataset"] == "held-out" and data["num_samples"] >= 1
     rows = [line for line in text.splitlines() if line[:3].strip().isdigit()]
@@ -103,6 +105,43 @@ def test_calibrate_writes_sglang_sts_from_held_out_prompts(dspark_ckpt, tmp_path
     for row, t in zip(rows, data["temperatures"], strict=True):  # a kept position is exactly 1.0
         assert ("kept T=1.0" not in row) or t == 1.0
     assert len(read_temperatures(out, 4)) == 4 and len(data["ece_after"]) == 4
+
+
+def test_calibrate_measures_on_prompts_it_did_not_fit(dspark_ckpt, tmp_path, capsys):
+    out, report = tmp_path / "sts.json", tmp_path / "report.json"
+    argv = ["--checkpoint", str(dspark_ckpt), "--out", str(out), "--max-new-tokens", "24"]
+    # one held-out prompt cannot be split: refused before any decoding, nothing written
+    assert calibrate_main(argv) == 2
+    assert "--test-fraction 0.5 of 1 prompts leaves no prompt" in capsys.readouterr().err
+    assert not out.exists()
+    argv += ["--prompts", "gsm8k", "--limit", "3", "--min-per-class", "1", "--report", str(report)]
+    assert calibrate_main(argv) == 0
+    text = capsys.readouterr().out
+    assert "3 prompts: fitted on 1, tested on 2" in text and "test split (2 prompts" in text
+    rep = json.loads(report.read_text())
+    assert rep["fit"]["prompts"] == 1 and rep["test"]["prompts"] == 2
+    assert rep["temperatures"] == json.loads(out.read_text())["temperatures"]
+    # the test split's figures are those of its own blocks, not the fit's
+    assert rep["test"]["num_samples"] > 0 and rep["fit"]["num_samples"] > 0
+    assert len(rep["test"]["ece_after"]) == 4 and rep["test"] != rep["fit"]
+
+
+def test_profile_sps_times_whole_decode_steps_of_a_draft(dspark_ckpt, tmp_path, capsys):
+    from serving.profile_sps import main as profile_main
+    from serving.sps import SpsTable
+
+    out = tmp_path / "sps.json"
+    argv = ["--out", str(out), "--checkpoint", str(dspark_ckpt), "--context", "8"]
+    argv += ["--repeats", "1", "--new-tokens", "4"]
+    assert profile_main(argv + ["--widths", "2", "6"]) == 2  # the draft's gamma is 4
+    assert "a step of this draft verifies at most gamma + 1 = 5 tokens" in capsys.readouterr().err
+    assert not out.exists()
+    assert profile_main(argv) == 0
+    text = capsys.readouterr().out
+    assert "whole decode steps, context 8, 4 new tokens per request" in text
+    table = SpsTable.load(out)  # the file SGLang reads, every width of the draft's block
+    assert table.sample_batch_tokens == [1, 2, 3, 4, 5] and table.max_batch_tokens == 5
+    assert all(r > 0 for r in table.sample_steps_per_sec)
 
 
 def test_serving_cli_errors(dspark_ckpt, eagle3_ckpt, tmp_path, capsys, monkeypatch):

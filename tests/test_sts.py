@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from draft_models import fit_sts
+from draft_models import fit_sts, score_sts
 from draft_models.sts import expected_calibration_error, prefix_labels, roc_auc, survival
 
 
@@ -39,6 +39,19 @@ def test_sts_lowers_ece_and_preserves_order():
         "ece_before",
         "ece_after",
     }
+
+
+def test_temperatures_fitted_on_one_draw_calibrate_another():
+    fit_logits, fit_accepted = synthetic(seed=0)
+    res = fit_sts(fit_logits, fit_accepted)
+    same = score_sts(fit_logits, fit_accepted, res.temperatures)
+    assert same["ece_after"] == res.ece_after and same["auc_before"] == res.auc_before
+    test = score_sts(*synthetic(seed=1), res.temperatures)  # blocks the fit never saw
+    assert test["num_samples"] == 20000 and test["ece_after"] != res.ece_after
+    assert max(test["ece_after"]) < 0.03 < min(test["ece_before"])
+    # the raw head scored with T = 1 everywhere: before and after agree
+    raw = score_sts(fit_logits, fit_accepted, [1.0] * 4)
+    assert raw["ece_after"] == raw["ece_before"] == res.ece_before
 
 
 def test_well_calibrated_scores_keep_temperature_near_one():

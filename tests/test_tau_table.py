@@ -125,3 +125,20 @@ def test_training_speed_and_regeneration_summaries_come_from_the_logs(tmp_path):
     assert train["median_step_s"] == 0.6 and train["mean_data_wait_frac"] == 0.2
     assert train["mean_target_util"] == 0.8 and train["last_c_star"] == [0.4, 0.3]
     assert out["regeneration"] == [{"shard": "0/2", "samples_per_s": 92.5}]
+
+
+def test_the_curve_ends_with_the_final_draft_on_the_curve_s_own_items(tmp_path):
+    # the last checkpoint was evaluated on 4 items; the curve's checkpoints on its first 2
+    final = {"tau": 3.0, "acceptance_by_position": [], "turns": 4}
+    final["per_item"] = [[0, 10, 5], [1, 30, 10], [2, 9, 3], [3, 9, 3]]
+    write(tmp_path / "eval" / "dspark-t0" / "gsm8k.json", final)
+    write(
+        tmp_path / "eval" / "curve-step-00000100" / "gsm8k.json",
+        {"tau": 1.5, "per_item": [[0, 3, 2], [1, 3, 2]]},
+    )
+    curve = assemble(tmp_path, 3200, 16, [])["budget_curve_dspark"]
+    assert [c["samples"] for c in curve] == [1600, 3200]
+    assert curve[-1]["step"] == 200 and curve[-1]["tau_gsm8k_greedy"] == round(40 / 15, 3)
+    # curve reports without per-item parts: no final point (items unknown), nothing invented
+    write(tmp_path / "eval" / "curve-step-00000100" / "gsm8k.json", {"tau": 1.5})
+    assert len(assemble(tmp_path, 3200, 16, [])["budget_curve_dspark"]) == 1
