@@ -115,6 +115,11 @@ def add_model_args(ap) -> None:
     ap.add_argument(
         "--target", type=Path, help="target model directory (default: the one trained against)"
     )
+    add_device_args(ap)
+
+
+def add_device_args(ap) -> None:
+    """--device and --dtype (where the models run, in which precision)."""
     ap.add_argument("--device", default="auto", help="auto (GPU when available) | cpu | cuda[:i]")
     ap.add_argument(
         "--dtype",

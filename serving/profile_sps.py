@@ -34,7 +34,7 @@ from splitserve.target.runtime.engines import RUNTIMES, make_engine
 
 from . import cli
 from .decoder import MAX_LEN
-from .loading import load_decoder, pick_device
+from .loading import add_device_args, load_decoder, pick_device
 from .scheduler import SchedulerConfig
 from .sps import SpsTable
 
@@ -140,13 +140,7 @@ def build_parser():
         default=64,
         help="with --checkpoint: tokens decoded per timed request",
     )
-    ap.add_argument("--device", default="auto", help="auto (GPU when available) | cpu | cuda[:i]")
-    ap.add_argument(
-        "--dtype",
-        default="auto",
-        choices=["auto", "float32", "bfloat16"],
-        help="auto: bf16 on GPU, fp32 on CPU",
-    )
+    add_device_args(ap)
     ap.add_argument(
         "--runtime",
         default="auto",
