@@ -150,10 +150,18 @@ def score_sts(
 ) -> dict:
     """ECE and AUC per position of the raw head (T = 1) and with `temperatures`, on blocks that
     may be other than those the temperatures were fitted on (a held-out test split)."""
+    temperatures = torch.as_tensor(temperatures, dtype=torch.float64)
+    if logits.dim() != 2 or num_accepted.shape != logits.shape[:1]:
+        raise ValueError(
+            f"STS scoring needs logits [N, gamma] and num_accepted [N]; got "
+            f"{tuple(logits.shape)} and {tuple(num_accepted.shape)}"
+        )
     gamma = logits.shape[1]
+    if temperatures.shape != (gamma,):
+        raise ValueError(f"{temperatures.numel()} temperatures for {gamma} positions")
     labels = prefix_labels(num_accepted, gamma)
     before = survival(logits, torch.ones(gamma, dtype=torch.float64))
-    after = survival(logits, torch.as_tensor(temperatures, dtype=torch.float64))
+    after = survival(logits, temperatures)
     return {
         "num_samples": logits.shape[0],
         "ece_before": [

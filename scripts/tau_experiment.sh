@@ -14,6 +14,7 @@
 #   bash scripts/tau_experiment.sh wait eval-ablate S
 #   bash scripts/tau_experiment.sh report-ablate DIR  # serving.ablation_report, one per axis
 #   bash scripts/tau_experiment.sh taus         # the tau of every report written so far
+#   bash scripts/tau_experiment.sh sps          # the target's verify steps/s by width (idle GPU)
 #   bash scripts/tau_experiment.sh speed        # single-stream speedups; STS, SPS, schedulers
 #   bash scripts/tau_experiment.sh pack OUT     # export DSpark, checksums, results archive
 #
@@ -38,9 +39,10 @@
 # Environment: W (work dir), SAMPLES (the budget), GPUS, PROCS (decoding processes per
 # evaluation), LIMIT (items per benchmark), CURVE_LIMIT, TOKENS (new tokens per answer),
 # SPEED_LIMIT (GSM8K items of each timed single-stream run), EVAL_JOBS (the main evaluations,
-# draft-tT; "" for none), RUNS (the main runs `train` starts), ABLATE and SPEED (0: the pipeline
-# skips the ablations / the speed phase), ABL_LIMIT and ABL_PROCS (items and processes of each
-# ablation evaluation), EXTRA (overrides added to every command, e.g. to shrink it on CPU),
+# draft-tT; default: both temperatures of each of RUNS; "" for none), RUNS (the main runs `train`
+# starts), ABLATE and SPEED (0: the pipeline skips the ablations / the speed phase), CURVE (0:
+# no budget curve), ABL (the ablations `ablate` runs), ABL_LIMIT and ABL_PROCS (items and
+# processes of each ablation evaluation), EXTRA (overrides added to every command, e.g. to shrink it on CPU),
 # REGEN_EXTRA (to regeneration only, e.g. a smaller prompt pool).
 set -euo pipefail
 SELF="$(cd "$(dirname "$0")" && pwd)/$(basename "$0")"
@@ -58,8 +60,10 @@ ABL_PROCS=${ABL_PROCS:-2}   # decoding processes per ablation evaluation
 SPEED_LIMIT=${SPEED_LIMIT:-25}
 ABLATE=${ABLATE:-1}  # 0: the pipeline leaves the ablations out
 SPEED=${SPEED:-1}    # 0: the pipeline leaves the speed phase out
-EVAL_JOBS=${EVAL_JOBS-dspark-t0 dspark-t1 dflash-t0 dflash-t1 eagle3-t0 eagle3-t1}  # "": none
 RUNS=${RUNS:-dspark dflash eagle3}  # the main runs `train` starts (dspark is the ablations' baseline)
+EVAL_JOBS=${EVAL_JOBS-$(for r in $RUNS; do printf '%s ' "$r-t0" "$r-t1"; done)}  # "": none
+CURVE=${CURVE:-1}    # 0: `eval` leaves out DSpark's budget curve
+ABL=${ABL:-rope_partial rope_interleaved mla layers1 layers2 layers5 block16}  # `ablate` runs these
 EVAL_HELD=${EVAL_HELD:-64}  # held out of training: its eval, and STS fit/test prompts
 EXTRA=${EXTRA:-}
 REGEN_EXTRA=${REGEN_EXTRA:-}
@@ -140,10 +144,11 @@ ablate)
   mkdir -p "$W/ablate"
   for k in "${!ABLATIONS[@]}"; do
     job=${ABLATIONS[$k]}
+    [[ " $ABL " == *" ${job%%:*} "* ]] || continue
     gpus=$([ $((k % 2)) = 0 ] && echo 1,0 || echo 0,1)
     launch ablate "${job%%:*}" $gpus $((29600 + 10 * k)) ${job#*:}
   done
-  echo "started: ${#ABLATIONS[@]} ablation runs, $STEPS steps x $MICRO samples each"
+  echo "started: ablation runs $ABL, $STEPS steps x $MICRO samples each"
   ;;
 wait)
   group=${2:?wait needs a group: regen, runs, ablate, eval or eval-ablate}
@@ -181,11 +186,14 @@ eval)
     echo $! > "$W/eval/$name.pid"
   }
   for job in $EVAL_JOBS; do  # draft-tT
+    [[ $job =~ ^(dspark|dflash|eagle3)-t[0-9.]+$ ]] ||
+      { echo "error: EVAL_JOBS: $job is not <dspark|dflash|eagle3>-t<temperature>"; exit 1; }
     start "$job" --checkpoint "$W/runs/${job%-t*}" --bench gsm8k,mtbench,humaneval \
       --limit $LIMIT --temperature ${job##*-t} --procs $PROCS
   done
   # DSpark's budget curve: its earlier checkpoints on GSM8K, greedy (the last one is dspark-t0)
   ckpts=("$W"/runs/dspark/checkpoints/step-*)
+  [ "$CURVE" = 1 ] || ckpts=()
   for c in "${ckpts[@]:0:${#ckpts[@]}-1}"; do
     start "curve-$(basename "$c")" --checkpoint "$c" --bench gsm8k --limit $CURVE_LIMIT --procs 2
   done
@@ -228,10 +236,16 @@ speed)
       > "$W/speed/$1.log" 2>&1
   }
   failed() { tail -n 20 "$W"/speed/*.log; exit 1; }
-  one dspark-fixed 0 dspark & a=$!
-  one dflash-fixed 1 dflash & b=$!
-  waitall $a $b || failed
-  one eagle3-fixed 0 eagle3 & a=$!
+  # each main run's fixed schedule, two at once (one per GPU), then calibration beside the last
+  fixed=($RUNS)
+  while [ ${#fixed[@]} -gt 1 ]; do
+    one "${fixed[0]}-fixed" 0 "${fixed[0]}" & a=$!
+    one "${fixed[1]}-fixed" 1 "${fixed[1]}" & b=$!
+    waitall $a $b || failed
+    fixed=("${fixed[@]:2}")
+  done
+  a=
+  if [ ${#fixed[@]} = 1 ]; then one "${fixed[0]}-fixed" 0 "${fixed[0]}" & a=$!; fi
   CUDA_VISIBLE_DEVICES=1 $PY -m serving.calibrate --checkpoint "$W/runs/dspark" \
     --out "$W/speed/sts.json" --report "$W/speed/sts_report.json" --max-new-tokens $TOKENS \
     > "$W/speed/calibrate.log" 2>&1 & b=$!
@@ -299,8 +313,7 @@ pack)
     > checksums.txt)
   mkdir -p "$W/speed" "$W/eval"  # pack what exists
   tar -czf "$out/results.tar.gz" -C "$W" checksums.txt eval speed export.log \
-    runs/dspark.log runs/dflash.log runs/eagle3.log \
-    $(cd "$W" && ls runs/*/metrics.jsonl runs/*/.hydra/overrides.yaml regen*.log regen/regen.log 2> /dev/null) \
+    $(cd "$W" && ls runs/*.log runs/*/metrics.jsonl runs/*/.hydra/overrides.yaml regen*.log regen/regen.log 2> /dev/null) \
     $(cd "$W" && ls runs/*/checkpoints/step-*/draft/draft_config.json 2> /dev/null) \
     $(cd "$W" && ls -d runs/dspark/eval ablate/*.log ablate/*/metrics.jsonl ablate/*/eval \
       ablate/*/.hydra/overrides.yaml ablate-report 2> /dev/null)
@@ -308,7 +321,7 @@ pack)
   ls -la "$out"
   ;;
 *)
-  sed -n '2,20p' "$0"
+  sed -n '2,22p' "$0"
   exit 2
   ;;
 esac

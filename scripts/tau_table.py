@@ -21,6 +21,7 @@ import argparse
 import json
 import random
 import re
+import sys
 from pathlib import Path
 
 DRAFTS = ("dspark", "dflash", "eagle3")
@@ -68,17 +69,25 @@ def assemble(
             for name in TEMPS
         }
         table[d], acceptance[d] = row, acc
-    curve, curve_items = [], None
+    curve, item_sets = [], []
     for p in sorted(results.glob("eval/curve-step-*/gsm8k.json")):
         step = int(re.fullmatch(r"curve-step-(\d+)", p.parent.name).group(1))
         rep = _load(p)
         curve.append({"step": step, "samples": step * micro, "tau_gsm8k_greedy": _r(rep["tau"])})
-        curve_items = {i for i, _, _ in rep.get("per_item", [])} or None
+        item_sets.append({i for i, _, _ in rep.get("per_item", [])})
+    # the items every curve point was evaluated on (none known if a report lacks per_item)
+    curve_items = set.intersection(*item_sets) if item_sets and all(item_sets) else None
     final = _load(results / "eval" / "dspark-t0" / "gsm8k.json")
     if curve_items and final and "per_item" in final:
         # the last checkpoint on the curve's own items (the first CURVE_LIMIT of the 200)
         parts = [(e, n) for i, e, n in final["per_item"] if i in curve_items]
-        if len(parts) == len(curve_items):
+        if len(parts) < len(curve_items):
+            print(
+                f"note: the final DSpark evaluation lacks {len(curve_items) - len(parts)} of the "
+                "curve's items; the curve has no final point",
+                file=sys.stderr,
+            )
+        else:
             curve.append(
                 {
                     "step": budget // micro,

@@ -9,11 +9,12 @@ reads from `--speculative-dspark-confidence-sts-path`.
 `held-out` (default) takes the prompts the training run held out of every source (its config is
 saved in the checkpoint), so calibration never sees training prompts. The decoder runs greedy with
 every draft slot verified, recording each block's raw confidence logits and how many drafts were
-accepted; `draft_models.sts.fit_sts` fits one temperature per position. The last
-`--test-fraction` of the prompts (default half) is kept out of the fit: ECE and AUC of the prefix
-survival per position, before and after, are printed on the fitted prompts and on those test
-prompts (the figures to trust), and `--report` writes both as JSON. Blocks of one prompt stay on
-one side of the split.
+accepted; `draft_models.sts.fit_sts` fits one temperature per position. A `--test-fraction` of the
+prompts (default half), spread evenly over the list so every source is on both sides, is kept
+out of the fit: ECE and AUC of the prefix survival per position, before and after, are printed on
+the fitted prompts and on those test prompts (the figures to trust), and `--report` writes both
+as JSON. Blocks of one prompt stay on one side of the split. The temperatures written are those
+fitted on the fit split.
 """
 
 from __future__ import annotations
@@ -71,32 +72,51 @@ def collect(
     return per_prompt
 
 
-def n_test_prompts(n: int, test_fraction: float) -> int:
-    """How many of n prompts form the test split; an error if either split would be empty."""
-    n_test = math.ceil(test_fraction * n)
-    if test_fraction > 0 and not 0 < n_test < n:
+def pick_test_prompts(n: int, test_fraction: float) -> list[int]:
+    """The prompts of the test split: spread evenly over the list (prompt i is a test prompt when
+    floor((i + 1) F) > floor(i F)), so a list built source by source gives both splits every
+    source; an error if either split would be empty."""
+    if n == 0:
+        raise ValueError("no prompts to calibrate on (the run held out none; use --prompts)")
+    test = [
+        i
+        for i in range(n)
+        if math.floor(round((i + 1) * test_fraction, 9)) > math.floor(round(i * test_fraction, 9))
+    ]
+    if test_fraction > 0 and not 0 < len(test) < n:
         raise ValueError(
             f"--test-fraction {test_fraction:g} of {n} prompts leaves no prompt for fitting or "
             "none for testing; use more prompts (--limit) or --test-fraction 0"
         )
-    return n_test
+    return test
 
 
 def split(
     per_prompt: list[tuple[torch.Tensor, torch.Tensor]], test_fraction: float
 ) -> tuple[tuple[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor] | None]:
-    """(fit blocks, test blocks or None): the last ceil(fraction x prompts) prompts are the test
-    split, so one prompt's correlated blocks never sit on both sides."""
-    n_test = n_test_prompts(len(per_prompt), test_fraction)
-    parts = [per_prompt[: len(per_prompt) - n_test], per_prompt[len(per_prompt) - n_test :]]
-    blocks = [(torch.cat([x for x, _ in p]), torch.cat([y for _, y in p])) for p in parts if p]
-    for logits, _ in blocks:
+    """(fit blocks, test blocks or None), whole prompts on each side (pick_test_prompts), so one
+    prompt's correlated blocks never sit on both sides."""
+    test = set(pick_test_prompts(len(per_prompt), test_fraction))
+    parts = {
+        "fit": [x for i, x in enumerate(per_prompt) if i not in test],
+        "test": [x for i, x in enumerate(per_prompt) if i in test],
+    }
+    blocks = {}
+    for name, prompts in parts.items():
+        if not prompts:
+            continue
+        logits = torch.cat([x for x, _ in prompts])
         if logits.shape[0] == 0:
             raise ValueError(
-                "a split has no full draft block verified; raise --max-new-tokens or use more "
-                "prompts"
+                f"the {name} split ({len(prompts)} prompts) has no full draft block verified; "
+                "raise --max-new-tokens or use more prompts"
             )
-    return blocks[0], (blocks[1] if n_test else None)
+        blocks[name] = (logits, torch.cat([y for _, y in prompts]))
+    return blocks["fit"], blocks.get("test")
+
+
+def _json_safe(values: list[float]) -> list[float | None]:
+    return [None if v != v else v for v in values]  # nan (AUC of one class) -> null
 
 
 def _auc(value: float) -> str:
@@ -169,7 +189,7 @@ def main(argv=None) -> int:
             if args.prompts == "held-out"
             else load_bench(args.prompts, args.limit)
         )
-        n_test = n_test_prompts(len(items), args.test_fraction)  # before the decoding
+        n_test = len(pick_test_prompts(len(items), args.test_fraction))  # before the decoding
         (logits, accepted), test = split(
             collect(decoder, tok, items, args.max_new_tokens), args.test_fraction
         )
@@ -184,6 +204,7 @@ def main(argv=None) -> int:
         "temperatures": result.temperatures,
         "notes": result.notes,
         "fit": {"prompts": len(items) - n_test, **fitted},
+        # the served temperatures are fitted on the fit split only
     }
     print(f"{len(items)} prompts: fitted on {len(items) - n_test}, tested on {n_test}")
     _table(
@@ -205,7 +226,11 @@ def main(argv=None) -> int:
     args.out.write_text(json.dumps(result.sglang_json(), indent=1))
     if args.report is not None:
         args.report.parent.mkdir(parents=True, exist_ok=True)
-        args.report.write_text(json.dumps(report, indent=1))
+        for part in ("fit", "test"):
+            for key in ("auc_before", "auc_after"):
+                if part in report:
+                    report[part][key] = _json_safe(report[part][key])
+        args.report.write_text(json.dumps(report, indent=1, allow_nan=False))
     print(f"wrote {args.out}" + (f" and {args.report}" if args.report else ""))
     return 0
 

@@ -13,10 +13,14 @@ default target is the embedded SmolLM2.
 
 With `--checkpoint`, the whole speculative decode step of serving.decoder at each width: the
 draft's proposal, the verify of B tokens, acceptance and the draft's commit, host work included
-(a fixed schedule of B - 1 drafts, `--new-tokens` tokens after a `--context`-token prompt, less
-the same request cut to its prefill). That is the cost the prefix scheduler weighs (the paper's
+(a fixed schedule of B - 1 drafts; two requests after a `--context`-token prompt, of
+`--new-tokens` and half as many tokens: their difference in time over their difference in
+steps). That is the cost the prefix scheduler weighs (the paper's
 "engine steps per second"): where a small target's verify costs little beside the draft and the
-host, a verify-only table makes a step without drafts look cheaper than it is.
+host, a verify-only table makes a step without drafts look cheaper than it is. The whole-step
+table is of one request on this repository's decoder; SGLang's batched engine has other step
+costs, so a table meant for `serving.export --sps` / SGLang should be profiled on SGLang
+(`sglang.benchmark.dspark_sps_profiler`) or be the verify-only one.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from __future__ import annotations
 import statistics
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import torch
@@ -75,7 +80,10 @@ def profile(
 
 
 def profile_steps(decoder, widths: list[int], context: int, repeats: int, new_tokens: int):
-    """Whole speculative decode steps/s by verify width (see the module docstring)."""
+    """Whole speculative decode steps/s by verify width (see the module docstring). A step's
+    time is the difference of two requests, `new_tokens` and half as many after the same prompt,
+    over the difference of their steps: the prefill and the last steps (narrowed by the token
+    budget) are in both and cancel, so what is left are steps at width w."""
     if not widths or widths != sorted(set(widths)) or widths[0] < 1:
         raise ValueError(f"--widths must be strictly increasing integers >= 1, got {widths}")
     if widths[-1] > decoder.gamma + 1:
@@ -83,8 +91,13 @@ def profile_steps(decoder, widths: list[int], context: int, repeats: int, new_to
             f"--widths {widths}: a step of this draft verifies at most gamma + 1 = "
             f"{decoder.gamma + 1} tokens"
         )
-    if context < 1 or repeats < 1 or new_tokens < 2:
-        raise ValueError("--context and --repeats must be >= 1 and --new-tokens >= 2")
+    if missing := [w for w in widths if w not in decoder.verify_widths]:
+        raise ValueError(f"--widths {missing}: not verify widths of this decoder")
+    if context < 1 or repeats < 1 or new_tokens < 4 * widths[-1]:
+        raise ValueError(
+            f"--context and --repeats must be >= 1 and --new-tokens >= 4 x the largest width "
+            f"({4 * widths[-1]})"
+        )
     vocab = decoder.target.config.get_text_config().vocab_size
     prompt = torch.randint(0, vocab, (context,), generator=torch.Generator().manual_seed(0))
     prompt = prompt.tolist()
@@ -96,27 +109,44 @@ def profile_steps(decoder, widths: list[int], context: int, repeats: int, new_to
         res = decoder.generate(prompt, n)
         if decoder.device.type == "cuda":
             torch.cuda.synchronize(decoder.device)
-        return time.perf_counter() - t0, res.steps
+        return time.perf_counter() - t0, res
 
     print(f"whole decode steps, context {context}, {new_tokens} new tokens per request")
-    rates = []
-    for w in widths:
-        decoder.scheduler = SchedulerConfig("fixed", length=w - 1)
-        per_step = []
-        for _ in range(repeats + 1):  # the first is a warm-up (and the graphs' captures)
-            full, steps = timed(new_tokens)
-            prefill, _ = timed(1)  # the same request without a decode step
-            per_step.append(max(full - prefill, 1e-9) / steps)
-        rates.append(1.0 / statistics.median(per_step[1:]))
+    rates, kept = [], decoder.scheduler
+    try:
+        for w in widths:
+            decoder.scheduler = SchedulerConfig("fixed", length=w - 1)
+            per_step = []
+            for _ in range(repeats + 1):  # the first is a warm-up (and the graphs' captures)
+                long_s, long_res = timed(new_tokens)
+                short_s, short_res = timed(new_tokens // 2)
+                # the steps the longer request has beyond the shorter one's: at width w
+                extra = list((Counter(long_res.widths) - Counter(short_res.widths)).elements())
+                if len(extra) < 2 or extra.count(w) < 0.9 * len(extra):
+                    raise ValueError(
+                        f"width {w}: the timed steps ran at widths {sorted(set(extra))}; "
+                        "raise --new-tokens"
+                    )
+                per_step.append(max(long_s - short_s, 1e-9) / (long_res.steps - short_res.steps))
+            rates.append(1.0 / statistics.median(per_step[1:]))
+    finally:
+        decoder.scheduler = kept
     return SpsTable(list(widths), rates, widths[-1])
 
 
 def build_parser():
     """This CLI's flags (its --help)."""
-    ap = cli.parser("profile_sps", "Profile verify steps/s by width; write SGLang's SPS table JSON")
+    ap = cli.parser(
+        "profile_sps",
+        "Profile steps/s by verify width (the target's verify, or with --checkpoint whole "
+        "speculative steps); write SGLang's SPS table JSON",
+    )
     ap.add_argument("--out", required=True, type=Path, help="the SPS JSON to write")
     ap.add_argument(
-        "--target", type=Path, help="HF model directory (default: the embedded SmolLM2 target)"
+        "--target",
+        type=Path,
+        help="HF model directory (default: the embedded SmolLM2 target; with --checkpoint, the "
+        "target it was trained against)",
     )
     ap.add_argument(
         "--widths",

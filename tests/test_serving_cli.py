@@ -4,6 +4,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 from test_training import TINY, compose_cfg
 
 from draft_models.sts import read_temperatures
@@ -117,13 +118,35 @@ def test_calibrate_measures_on_prompts_it_did_not_fit(dspark_ckpt, tmp_path, cap
     argv += ["--prompts", "gsm8k", "--limit", "3", "--min-per-class", "1", "--report", str(report)]
     assert calibrate_main(argv) == 0
     text = capsys.readouterr().out
-    assert "3 prompts: fitted on 1, tested on 2" in text and "test split (2 prompts" in text
-    rep = json.loads(report.read_text())
-    assert rep["fit"]["prompts"] == 1 and rep["test"]["prompts"] == 2
+    assert "3 prompts: fitted on 2, tested on 1" in text and "test split (1 prompts" in text
+    rep = json.loads(report.read_text())  # strict JSON: an undefined AUC is null, not NaN
+    assert rep["fit"]["prompts"] == 2 and rep["test"]["prompts"] == 1
     assert rep["temperatures"] == json.loads(out.read_text())["temperatures"]
     # the test split's figures are those of its own blocks, not the fit's
     assert rep["test"]["num_samples"] > 0 and rep["fit"]["num_samples"] > 0
     assert len(rep["test"]["ece_after"]) == 4 and rep["test"] != rep["fit"]
+
+
+def test_calibration_splits_spread_test_prompts_over_the_list():
+    from serving.calibrate import pick_test_prompts, split
+
+    assert pick_test_prompts(64, 0.5) == list(range(1, 64, 2))  # every source on both sides
+    assert pick_test_prompts(4, 0.25) == [3] and pick_test_prompts(5, 0.0) == []
+    assert (
+        len(pick_test_prompts(100, 0.07)) == 7 and len(pick_test_prompts(25, 0.28)) == 7
+    )  # no float creep
+    for n, f in ((1, 0.5), (3, 1.0), (2, 0.2)):
+        with pytest.raises(ValueError, match=f"--test-fraction {f:g} of {n} prompts leaves"):
+            pick_test_prompts(n, f)
+    with pytest.raises(ValueError, match="no prompts to calibrate on"):
+        pick_test_prompts(0, 0.0)
+    block = (torch.zeros(2, 3, dtype=torch.float64), torch.tensor([1, 3]))
+    none = (torch.zeros(0, 3, dtype=torch.float64), torch.zeros(0, dtype=torch.long))
+    fit, test = split([block, none, block, block], 0.5)  # prompt 1 (no blocks) is a test prompt
+    assert fit[0].shape == (4, 3) and test[0].shape == (2, 3)
+    assert split([block, block], 0.0)[1] is None
+    with pytest.raises(ValueError, match=r"the test split \(2 prompts\) has no full draft block"):
+        split([block, none, block, none], 0.5)
 
 
 def test_profile_sps_times_whole_decode_steps_of_a_draft(dspark_ckpt, tmp_path, capsys):
@@ -132,16 +155,41 @@ def test_profile_sps_times_whole_decode_steps_of_a_draft(dspark_ckpt, tmp_path, 
 
     out = tmp_path / "sps.json"
     argv = ["--out", str(out), "--checkpoint", str(dspark_ckpt), "--context", "8"]
-    argv += ["--repeats", "1", "--new-tokens", "4"]
+    argv += ["--repeats", "1", "--new-tokens", "20"]
     assert profile_main(argv + ["--widths", "2", "6"]) == 2  # the draft's gamma is 4
     assert "a step of this draft verifies at most gamma + 1 = 5 tokens" in capsys.readouterr().err
+    assert profile_main(argv[:-1] + ["19"]) == 2
+    assert "--new-tokens >= 4 x the largest width (20)" in capsys.readouterr().err
     assert not out.exists()
     assert profile_main(argv) == 0
     text = capsys.readouterr().out
-    assert "whole decode steps, context 8, 4 new tokens per request" in text
+    assert "whole decode steps, context 8, 20 new tokens per request" in text
     table = SpsTable.load(out)  # the file SGLang reads, every width of the draft's block
     assert table.sample_batch_tokens == [1, 2, 3, 4, 5] and table.max_batch_tokens == 5
     assert all(r > 0 for r in table.sample_steps_per_sec)
+
+
+def test_profile_steps_times_the_width_it_names_and_restores_the_schedule(dspark_ckpt):
+    from serving.loading import load_decoder
+    from serving.profile_sps import profile_steps
+    from serving.scheduler import SchedulerConfig
+
+    kept = SchedulerConfig("threshold", threshold=0.3)
+    decoder, _ = load_decoder(dspark_ckpt, scheduler=kept, device="cpu")
+    seen = []
+    generate = decoder.generate
+
+    def spy(prompt, n, **kw):
+        res = generate(prompt, n, **kw)
+        seen.append((decoder.scheduler.length, n, res.widths))
+        return res
+
+    decoder.generate = spy
+    table = profile_steps(decoder, [1, 3], context=8, repeats=1, new_tokens=12)
+    assert decoder.scheduler is kept and table.sample_batch_tokens == [1, 3]
+    for length, n, widths in seen:  # every request ran the named width but for its last steps
+        assert widths[0] == length + 1 and (n == 6 or widths.count(length + 1) >= 9)
+    assert {length for length, _, _ in seen} == {0, 2} and len(seen) == 8
 
 
 def test_serving_cli_errors(dspark_ckpt, eagle3_ckpt, tmp_path, capsys, monkeypatch):

@@ -52,6 +52,10 @@ def test_temperatures_fitted_on_one_draw_calibrate_another():
     # the raw head scored with T = 1 everywhere: before and after agree
     raw = score_sts(fit_logits, fit_accepted, [1.0] * 4)
     assert raw["ece_after"] == raw["ece_before"] == res.ece_before
+    with pytest.raises(ValueError, match="3 temperatures for 4 positions"):
+        score_sts(fit_logits, fit_accepted, [1.0] * 3)
+    with pytest.raises(ValueError, match="needs logits"):
+        score_sts(fit_logits, fit_accepted[:5], res.temperatures)
 
 
 def test_well_calibrated_scores_keep_temperature_near_one():

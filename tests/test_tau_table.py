@@ -139,6 +139,17 @@ def test_the_curve_ends_with_the_final_draft_on_the_curve_s_own_items(tmp_path):
     curve = assemble(tmp_path, 3200, 16, [])["budget_curve_dspark"]
     assert [c["samples"] for c in curve] == [1600, 3200]
     assert curve[-1]["step"] == 200 and curve[-1]["tau_gsm8k_greedy"] == round(40 / 15, 3)
+    # a final evaluation without some of the curve's items: no final point, nothing invented
+    write(
+        tmp_path / "eval" / "curve-step-00000050" / "gsm8k.json",
+        {"tau": 1.2, "per_item": [[0, 3, 2], [1, 3, 2], [7, 1, 1]]},
+    )
+    write(
+        tmp_path / "eval" / "curve-step-00000100" / "gsm8k.json",
+        {"tau": 1.5, "per_item": [[0, 3, 2], [1, 3, 2], [7, 1, 1]]},
+    )
+    assert len(assemble(tmp_path, 3200, 16, [])["budget_curve_dspark"]) == 2
+    (tmp_path / "eval" / "curve-step-00000050" / "gsm8k.json").unlink()
     # curve reports without per-item parts: no final point (items unknown), nothing invented
     write(tmp_path / "eval" / "curve-step-00000100" / "gsm8k.json", {"tau": 1.5})
     assert len(assemble(tmp_path, 3200, 16, [])["budget_curve_dspark"]) == 1
