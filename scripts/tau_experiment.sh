@@ -42,8 +42,8 @@
 # draft-tT; default: both temperatures of each of RUNS; "" for none), RUNS (the main runs `train`
 # starts), ABLATE and SPEED (0: the pipeline skips the ablations / the speed phase), CURVE (0:
 # no budget curve), ABL (the ablations `ablate` runs), ABL_LIMIT and ABL_PROCS (items and
-# processes of each ablation evaluation), EXTRA (overrides added to every command, e.g. to shrink it on CPU),
-# REGEN_EXTRA (to regeneration only, e.g. a smaller prompt pool).
+# processes of each ablation evaluation), EXTRA (overrides added to every command, e.g. to shrink
+# it on CPU), REGEN_EXTRA (to regeneration only, e.g. a smaller prompt pool).
 set -euo pipefail
 SELF="$(cd "$(dirname "$0")" && pwd)/$(basename "$0")"
 cd "$(dirname "$0")/.."

@@ -92,11 +92,11 @@ def pick_test_prompts(n: int, test_fraction: float) -> list[int]:
 
 
 def split(
-    per_prompt: list[tuple[torch.Tensor, torch.Tensor]], test_fraction: float
+    per_prompt: list[tuple[torch.Tensor, torch.Tensor]], test: list[int]
 ) -> tuple[tuple[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor] | None]:
-    """(fit blocks, test blocks or None), whole prompts on each side (pick_test_prompts), so one
-    prompt's correlated blocks never sit on both sides."""
-    test = set(pick_test_prompts(len(per_prompt), test_fraction))
+    """(fit blocks, test blocks or None) for the test prompts `test` (pick_test_prompts): whole
+    prompts on each side, so one prompt's correlated blocks never sit on both sides."""
+    test = set(test)
     parts = {
         "fit": [x for i, x in enumerate(per_prompt) if i not in test],
         "test": [x for i, x in enumerate(per_prompt) if i in test],
@@ -148,8 +148,8 @@ def build_parser():
         "--test-fraction",
         type=cli.PROBABILITY,
         default=0.5,
-        help="share of the prompts (the last ones) kept out of the fit to measure ECE/AUC on; "
-        "0 fits on all and reports in-sample figures only",
+        help="share of the prompts (spread evenly over the list) kept out of the fit to measure "
+        "ECE/AUC on; 0 fits on all and reports in-sample figures only",
     )
     ap.add_argument("--report", type=Path, help="also write the ECE/AUC of both splits as JSON")
     return ap
@@ -189,9 +189,10 @@ def main(argv=None) -> int:
             if args.prompts == "held-out"
             else load_bench(args.prompts, args.limit)
         )
-        n_test = len(pick_test_prompts(len(items), args.test_fraction))  # before the decoding
+        test_prompts = pick_test_prompts(len(items), args.test_fraction)  # before the decoding
+        n_test = len(test_prompts)
         (logits, accepted), test = split(
-            collect(decoder, tok, items, args.max_new_tokens), args.test_fraction
+            collect(decoder, tok, items, args.max_new_tokens), test_prompts
         )
         result = fit_sts(logits, accepted, dataset=args.prompts, min_per_class=args.min_per_class)
     except (ValueError, FileNotFoundError, NotImplementedError) as exc:

@@ -29,6 +29,7 @@ import statistics
 import sys
 import time
 from collections import Counter
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -42,6 +43,17 @@ from .decoder import MAX_LEN
 from .loading import add_device_args, load_decoder, pick_device
 from .scheduler import SchedulerConfig
 from .sps import SpsTable
+
+
+def _synced(fn, device) -> tuple[float, object]:
+    """(wall seconds, result) of fn(), the device's queued work included on both ends."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    t0 = time.perf_counter()
+    out = fn()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter() - t0, out
 
 
 def profile(
@@ -66,13 +78,7 @@ def profile(
             ids = torch.randint(0, vocab, (w,), generator=g).to(device)
             times = []
             for _ in range(repeats + 1):  # the first is a warm-up (and a graph's capture)
-                if device.type == "cuda":
-                    torch.cuda.synchronize()
-                t0 = time.perf_counter()
-                engine.forward(ids, context)
-                if device.type == "cuda":
-                    torch.cuda.synchronize()
-                times.append(time.perf_counter() - t0)
+                times.append(_synced(partial(engine.forward, ids, context), device)[0])
                 engine.rewind(w)  # back to `context` cached tokens
             rates.append(1.0 / statistics.median(times[1:]))
         engine.close()
@@ -103,13 +109,7 @@ def profile_steps(decoder, widths: list[int], context: int, repeats: int, new_to
     prompt = prompt.tolist()
 
     def timed(n: int):
-        if decoder.device.type == "cuda":
-            torch.cuda.synchronize(decoder.device)
-        t0 = time.perf_counter()
-        res = decoder.generate(prompt, n)
-        if decoder.device.type == "cuda":
-            torch.cuda.synchronize(decoder.device)
-        return time.perf_counter() - t0, res
+        return _synced(partial(decoder.generate, prompt, n), decoder.device)
 
     print(f"whole decode steps, context {context}, {new_tokens} new tokens per request")
     rates, kept = [], decoder.scheduler

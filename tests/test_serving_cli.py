@@ -142,11 +142,11 @@ def test_calibration_splits_spread_test_prompts_over_the_list():
         pick_test_prompts(0, 0.0)
     block = (torch.zeros(2, 3, dtype=torch.float64), torch.tensor([1, 3]))
     none = (torch.zeros(0, 3, dtype=torch.float64), torch.zeros(0, dtype=torch.long))
-    fit, test = split([block, none, block, block], 0.5)  # prompt 1 (no blocks) is a test prompt
-    assert fit[0].shape == (4, 3) and test[0].shape == (2, 3)
-    assert split([block, block], 0.0)[1] is None
+    fit, test = split([block, none, block, block], pick_test_prompts(4, 0.5))
+    assert fit[0].shape == (4, 3) and test[0].shape == (2, 3)  # prompt 1 (no blocks) is a test one
+    assert split([block, block], pick_test_prompts(2, 0.0))[1] is None
     with pytest.raises(ValueError, match=r"the test split \(2 prompts\) has no full draft block"):
-        split([block, none, block, none], 0.5)
+        split([block, none, block, none], pick_test_prompts(4, 0.5))
 
 
 def test_profile_sps_times_whole_decode_steps_of_a_draft(dspark_ckpt, tmp_path, capsys):
