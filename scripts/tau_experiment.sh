@@ -17,14 +17,17 @@
 #   bash scripts/tau_experiment.sh sps          # the target's verify steps/s by width (idle GPU)
 #   bash scripts/tau_experiment.sh speed        # single-stream speedups; STS, SPS, schedulers
 #   bash scripts/tau_experiment.sh pack OUT     # export DSpark, checksums, results archive
+#   bash scripts/tau_experiment.sh snap OUT     # the small results so far (no weights)
 #
 #   bash scripts/tau_experiment.sh pipeline     # all of the above in one background job, in
 #   bash scripts/tau_experiment.sh follow S     #   order of worth (below); follow polls it
 #
-# pipeline: the SPS table on idle GPUs, regen, the main runs and the seven ablations at once,
-# speed (the GPUs idle again), the main evaluation with the budget curve, the ablations'
-# evaluation, report-ablate, pack into $W/pack. What is cut short by the device's time is
-# what matters least; `pack` run by hand packs whatever exists.
+# pipeline: the SPS table on idle GPUs, regen, the main runs, speed (the GPUs idle again), the
+# main evaluation with the budget curve, the ablations, their evaluation, report-ablate, pack
+# into $W/pack. What is cut short by the device's time is what matters least; `pack` run by
+# hand packs whatever exists, and `follow S OUT` leaves the small results so far in OUT (`snap`).
+# GPUS (2 or more): `place` puts each run's target and trainer on two of them, each trainer on
+# a GPU of its own where there are more GPUs than runs.
 # Background phases run under setsid (they outlive the call that started them while the machine
 # stays warm: keep calls back to back, an idle machine is released after ~30 s); `wait` polls
 # them. Measured on two H200s (docs/ablations/tau_h200.md): regen 90-96 samples/s per GPU;
@@ -56,7 +59,7 @@ LIMIT=${LIMIT:-200}  # GSM8K 200 of its test set, MT-Bench all 80, HumanEval all
 TOKENS=${TOKENS:-128}
 CURVE_LIMIT=${CURVE_LIMIT:-100}  # GSM8K items per earlier DSpark checkpoint
 ABL_LIMIT=${ABL_LIMIT:-40}  # GSM8K and MT-Bench items per ablation job
-ABL_PROCS=${ABL_PROCS:-2}   # decoding processes per ablation evaluation
+ABL_PROCS=${ABL_PROCS:-$GPUS}  # decoding processes per ablation evaluation
 SPEED_LIMIT=${SPEED_LIMIT:-25}
 ABLATE=${ABLATE:-1}  # 0: the pipeline leaves the ablations out
 SPEED=${SPEED:-1}    # 0: the pipeline leaves the speed phase out
@@ -73,6 +76,7 @@ STEPS=$((SAMPLES / MICRO))
 REGEN_SAMPLES=${REGEN_SAMPLES:-$(((SAMPLES + EVAL_HELD) * 112 / 100))}
 PY=${PY:-python}
 mkdir -p "$W"
+[ "$GPUS" -ge 2 ] || { echo "error: GPUS=$GPUS: a run needs two GPUs (target and trainer)"; exit 1; }
 
 waitall() {  # wait for every pid given; fail if any failed
   local rc=0
@@ -91,6 +95,17 @@ ABLATIONS=(rope_partial:draft.rope=partial rope_interleaved:draft.rope=interleav
   mla:draft.attention=ling3_mla                                                   # qwen3
   layers1:draft.num_layers=1 layers2:draft.num_layers=2 layers5:draft.num_layers=5 # 3
   block16:draft.block_size=16)                                                    # 7
+
+place() {  # k, n: "target,trainer" GPUs of the k-th of n runs started together
+  # Trainers go round-robin from the last GPU down; targets (a prefill each, a small load) share
+  # the GPUs no trainer has, if any are left, else go round-robin from GPU 0. With 2 GPUs and 3
+  # runs: 0,1 1,0 0,1; with 4 GPUs and 3 runs: 0,3 0,2 0,1 (each trainer has a GPU to itself).
+  local k=$1 n=$2 trainer target free=$((GPUS - $2))
+  trainer=$((GPUS - 1 - k % GPUS))
+  if [ $free -gt 0 ]; then target=$((k % free)); else target=$((k % GPUS)); fi
+  [ $target != $trainer ] || target=$(((trainer + 1) % GPUS))
+  echo "$target,$trainer"
+}
 
 launch() {  # group, name, CUDA_VISIBLE_DEVICES, port base, overrides: a run in the background
   local group=$1 name=$2 gpus=$3 port=$4
@@ -127,14 +142,16 @@ rows.sort(key=lambda x: json.loads(x)['g']); sys.stdout.writelines(rows)" \
 train)
   [ -f "$W/regen.jsonl" ] || { echo "error: $W/regen.jsonl is missing (run regen first)"; exit 1; }
   mkdir -p "$W/runs"
-  # targets and trainers spread over the two GPUs: DSpark 0 -> 1, DFlash 1 -> 0, EAGLE-3 0 -> 1
-  for run in $RUNS; do
-    case $run in
-    dspark) launch runs dspark 0,1 29500 ;;
-    dflash) launch runs dflash 1,0 29510 draft=dflash ;;
-    eagle3) launch runs eagle3 0,1 29520 draft=eagle3 draft.num_layers=1 ;;
-    *) echo "error: RUNS: unknown run $run (allowed: dspark dflash eagle3)"; exit 1 ;;
+  runs=($RUNS)
+  for k in "${!runs[@]}"; do  # GPUs by `place`
+    gpus=$(place $k ${#runs[@]})
+    case ${runs[$k]} in
+    dspark) launch runs dspark $gpus 29500 ;;
+    dflash) launch runs dflash $gpus 29510 draft=dflash ;;
+    eagle3) launch runs eagle3 $gpus 29520 draft=eagle3 draft.num_layers=1 ;;
+    *) echo "error: RUNS: unknown run ${runs[$k]} (allowed: dspark dflash eagle3)"; exit 1 ;;
     esac
+    echo "${runs[$k]}: target on GPU ${gpus%,*}, trainer on GPU ${gpus#*,}"
   done
   echo "started: $RUNS, $STEPS steps x $MICRO samples each"
   ;;
@@ -142,11 +159,17 @@ ablate)
   # the issue's DSpark ablations on the same file and budget, one axis changed per job; the
   # main DSpark run (runs/dspark: rope full, qwen3 attention, 3 layers, block 7) is the baseline
   mkdir -p "$W/ablate"
-  for k in "${!ABLATIONS[@]}"; do
-    job=${ABLATIONS[$k]}
-    [[ " $ABL " == *" ${job%%:*} "* ]] || continue
-    gpus=$([ $((k % 2)) = 0 ] && echo 1,0 || echo 0,1)
+  jobs=()
+  for job in "${ABLATIONS[@]}"; do [[ " $ABL " == *" ${job%%:*} "* ]] && jobs+=("$job"); done
+  for name in $ABL; do
+    [[ " ${ABLATIONS[*]%%:*} " == *" $name "* ]] ||
+      { echo "error: ABL: unknown ablation $name (allowed: ${ABLATIONS[*]%%:*})"; exit 1; }
+  done
+  for k in "${!jobs[@]}"; do
+    job=${jobs[$k]}
+    gpus=$(place $k ${#jobs[@]})
     launch ablate "${job%%:*}" $gpus $((29600 + 10 * k)) ${job#*:}
+    echo "${job%%:*}: target on GPU ${gpus%,*}, trainer on GPU ${gpus#*,}"
   done
   echo "started: ablation runs $ABL, $STEPS steps x $MICRO samples each"
   ;;
@@ -195,7 +218,7 @@ eval)
   ckpts=("$W"/runs/dspark/checkpoints/step-*)
   [ "$CURVE" = 1 ] || ckpts=()
   for c in "${ckpts[@]:0:${#ckpts[@]}-1}"; do
-    start "curve-$(basename "$c")" --checkpoint "$c" --bench gsm8k --limit $CURVE_LIMIT --procs 2
+    start "curve-$(basename "$c")" --checkpoint "$c" --bench gsm8k --limit $CURVE_LIMIT --procs $GPUS
   done
   echo "started: $(ls "$W"/eval/*.pid | wc -l) evaluations"
   ;;
@@ -236,20 +259,18 @@ speed)
       > "$W/speed/$1.log" 2>&1
   }
   failed() { tail -n 20 "$W"/speed/*.log; exit 1; }
-  # each main run's fixed schedule, two at once (one per GPU), then calibration beside the last
-  fixed=($RUNS)
-  while [ ${#fixed[@]} -gt 1 ]; do
-    one "${fixed[0]}-fixed" 0 "${fixed[0]}" & a=$!
-    one "${fixed[1]}-fixed" 1 "${fixed[1]}" & b=$!
-    waitall $a $b || failed
-    fixed=("${fixed[@]:2}")
-  done
-  a=
-  if [ ${#fixed[@]} = 1 ]; then one "${fixed[0]}-fixed" 0 "${fixed[0]}" & a=$!; fi
-  CUDA_VISIBLE_DEVICES=1 $PY -m serving.calibrate --checkpoint "$W/runs/dspark" \
+  # DSpark's calibration on the last GPU beside the first fixed runs, then the rest of the main
+  # runs' fixed schedules: one process per GPU at a time
+  CUDA_VISIBLE_DEVICES=$((GPUS - 1)) $PY -m serving.calibrate --checkpoint "$W/runs/dspark" \
     --out "$W/speed/sts.json" --report "$W/speed/sts_report.json" --max-new-tokens $TOKENS \
-    > "$W/speed/calibrate.log" 2>&1 & b=$!
-  waitall $a $b || failed
+    > "$W/speed/calibrate.log" 2>&1 &
+  pids=($!) g=0 free=$((GPUS - 1))  # GPUs 0 .. free-1 take this round's fixed runs
+  for run in $RUNS; do
+    if [ $g = $free ]; then waitall "${pids[@]}" || failed; pids=() g=0 free=$GPUS; fi
+    one "$run-fixed" $g "$run" &
+    pids+=($!) g=$((g + 1))
+  done
+  waitall "${pids[@]}" || failed
   [ -f "$W/speed/sps_verify.json" ] || bash "$SELF" sps || failed
   # the prefix scheduler's table: whole decode steps of this draft by verify width (the target's
   # verify alone is a fraction of a step here; see serving/profile_sps.py)
@@ -279,13 +300,13 @@ pipeline-fg)
   step bash "$SELF" wait regen 3600
   [ -f "$W/regen.jsonl" ] || { echo "error: regeneration wrote no $W/regen.jsonl"; exit 1; }
   step bash "$SELF" train
-  [ "$ABLATE" = 1 ] && step bash "$SELF" ablate
   step bash "$SELF" wait runs 7200
-  [ "$ABLATE" = 1 ] && step bash "$SELF" wait ablate 7200
   [ "$SPEED" = 1 ] && step bash "$SELF" speed
   step bash "$SELF" eval
   step bash "$SELF" wait eval 7200
-  if [ "$ABLATE" = 1 ]; then
+  if [ "$ABLATE" = 1 ]; then  # last: more runs at once do not train faster (time-slicing)
+    step bash "$SELF" ablate
+    step bash "$SELF" wait ablate 7200
     step bash "$SELF" eval-ablate
     step bash "$SELF" wait eval-ablate 7200
     step bash "$SELF" report-ablate "$W/ablate-report"
@@ -294,15 +315,25 @@ pipeline-fg)
   step bash "$SELF" pack "$W/pack"
   echo "### $(date +%T) pipeline done"
   ;;
-follow)  # print the pipeline's progress every 30 s until it ends or S seconds pass
+follow)  # print the pipeline's progress every 30 s until it ends or S seconds pass; then, if
+  # OUT is given, `snap OUT` (so a machine lost later still leaves the results so far)
   end=$((SECONDS + ${2:-540}))
   while kill -0 "$(cat "$W/pipeline.pid")" 2> /dev/null; do
     grep '^### ' "$W/pipeline.log" | tail -n 1
     tail -n 2 "$W/pipeline.log" | cut -c1-200
-    [ $SECONDS -ge $end ] && { echo "still running"; exit 0; }
+    [ $SECONDS -ge $end ] && { echo "still running"; break; }
     sleep 30
   done
-  tail -n 40 "$W/pipeline.log" | cut -c1-300
+  kill -0 "$(cat "$W/pipeline.pid")" 2> /dev/null || tail -n 40 "$W/pipeline.log" | cut -c1-300
+  [ -z "${3:-}" ] || bash "$SELF" snap "$3"
+  ;;
+snap)  # OUT: the small results so far (reports, metrics, logs; no weights) as OUT/snap.tar.gz
+  out=${2:?snap needs an output directory}
+  mkdir -p "$out"
+  (cd "$W" && find . -maxdepth 5 \( -name '*.json' -o -name '*.jsonl' -o -name '*.log' \
+    -o -name '*.txt' -o -name 'overrides.yaml' \) -size -8M ! -name 'regen*.jsonl' \
+    ! -path './export/*' -print0 | tar -czf "$out/snap.tar.gz" --null -T -)
+  echo "snap: $(tar -tzf "$out/snap.tar.gz" | wc -l) files, $(du -h "$out/snap.tar.gz" | cut -f1)"
   ;;
 pack)
   out=${2:?pack needs an output directory}
@@ -321,7 +352,7 @@ pack)
   ls -la "$out"
   ;;
 *)
-  sed -n '2,22p' "$0"
+  sed -n '2,23p' "$0"
   exit 2
   ;;
 esac
