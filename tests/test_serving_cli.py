@@ -169,6 +169,17 @@ def test_profile_sps_times_whole_decode_steps_of_a_draft(dspark_ckpt, tmp_path, 
     assert all(r > 0 for r in table.sample_steps_per_sec)
 
 
+def test_profile_steps_counts_fixed_steps_and_names_a_broken_schedule():
+    from serving.profile_sps import _fixed_steps
+
+    assert _fixed_steps([5, 5, 5, 2, 1], 5) == 3  # the budget-narrowed tail is left out
+    assert _fixed_steps([5, 5], 5) == 2 and _fixed_steps([3], 5) == 0
+    with pytest.raises(ValueError, match=r"width 5: a timed request ran at widths \[2, 5\]"):
+        _fixed_steps([5, 2, 5, 5], 5)  # narrowed mid-request: the schedule did not hold
+    with pytest.raises(ValueError, match="ran at widths \\[5, 8\\]"):
+        _fixed_steps([5, 8, 5], 5)
+
+
 def test_profile_steps_times_the_width_it_names_and_restores_the_schedule(dspark_ckpt):
     from serving.loading import load_decoder
     from serving.profile_sps import profile_steps
