@@ -201,6 +201,10 @@ def test_profile_steps_times_the_width_it_names_and_restores_the_schedule(dspark
     for length, n, widths in seen:  # every request ran the named width but for its last steps
         assert widths[0] == length + 1 and (n == 6 or widths.count(length + 1) >= 9)
     assert {length for length, _, _ in seen} == {0, 2} and len(seen) == 8
+    # width 1 makes one token a step: 4 and 2 tokens differ by 2 steps, too few to time
+    with pytest.raises(ValueError, match="ran only 2 more steps at width 1 than the shorter"):
+        profile_steps(decoder, [1], context=8, repeats=1, new_tokens=4)
+    assert decoder.scheduler is kept
 
 
 def test_serving_cli_errors(dspark_ckpt, eagle3_ckpt, tmp_path, capsys, monkeypatch):
