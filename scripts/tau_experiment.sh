@@ -32,8 +32,9 @@
 # stays warm: keep calls back to back, an idle machine is released after ~30 s); `wait` polls
 # them. Measured on two H200s (docs/ablations/tau_h200.md): regen 90-96 samples/s per GPU;
 # training ~76 samples/s over the two GPUs whether 3 or 10 runs share them (time-sliced: three
-# runs of 750 steps take ~9.5 min, ten 2.2 s/step); evaluation with ~30 decoding processes
-# 4.5-5.5 answers/s (128 tokens) in all; speed ~150 s.
+# runs of 750 steps take ~9.5 min, ten 2.2 s/step); a trainer with a GPU of its own 0.21-0.23
+# s/step (pass 4, four H200s); evaluation with ~30 decoding processes 4.5-5.5 answers/s (128
+# tokens) in all; speed ~130-150 s.
 #
 # Every draft sees the same samples: the data are regenerated once by `splitserve.regenerate`
 # with the recipe's target settings (+recipe=smol_gpu: three sampling settings, answers up to
@@ -100,7 +101,8 @@ place() {  # k, n: "target,trainer" GPUs of the k-th of n runs started together
   # Trainers go round-robin from the last GPU down; targets (a prefill each, a small load) share
   # the GPUs no trainer has, if any are left, else go round-robin from GPU 0. With 2 GPUs and 3
   # runs: 0,1 1,0 0,1; with 4 GPUs and 3 runs: 0,3 0,2 0,1 (each trainer has a GPU to itself).
-  local k=$1 n=$2 trainer target free=$((GPUS - $2))
+  local k=$1 n=$2 trainer target free
+  free=$((GPUS - n))
   trainer=$((GPUS - 1 - k % GPUS))
   if [ $free -gt 0 ]; then target=$((k % free)); else target=$((k % GPUS)); fi
   [ $target != $trainer ] || target=$(((trainer + 1) % GPUS))

@@ -103,7 +103,7 @@ def profile_steps(decoder, widths: list[int], context: int, repeats: int, new_to
     time is the difference of two requests, `new_tokens` and half as many after the same prompt,
     over the difference of their steps: the prefill is in both and cancels. Each request ends in
     a step or two narrowed by its token budget (cheaper, if anything, than a step at w); the
-    difference has at least 4 steps at w, and the count of narrowed ones in it is printed."""
+    difference has at least 4 steps at w, and the net count of narrowed ones in it is printed."""
     if not widths or widths != sorted(set(widths)) or widths[0] < 1:
         raise ValueError(f"--widths must be strictly increasing integers >= 1, got {widths}")
     if widths[-1] > decoder.gamma + 1:
@@ -145,8 +145,8 @@ def profile_steps(decoder, widths: list[int], context: int, repeats: int, new_to
                 per_step.append(max(long_s - short_s, 1e-9) / steps)
             rates.append(1.0 / statistics.median(per_step[1:]))
             print(
-                f"  width {w}: {rates[-1]:.1f} steps/s ({narrowed} budget-narrowed steps in "
-                f"the differences of {repeats + 1} request pairs)"
+                f"  width {w}: {narrowed} budget-narrowed steps in the differences of "
+                f"{repeats + 1} request pairs"
             )
     finally:
         decoder.scheduler = kept

@@ -164,6 +164,7 @@ def test_profile_sps_times_whole_decode_steps_of_a_draft(dspark_ckpt, tmp_path, 
     assert profile_main(argv) == 0
     text = capsys.readouterr().out
     assert "whole decode steps, context 8, 20 new tokens per request" in text
+    assert "  width 5: " in text and "budget-narrowed steps in the differences of 2 request" in text
     table = SpsTable.load(out)  # the file SGLang reads, every width of the draft's block
     assert table.sample_batch_tokens == [1, 2, 3, 4, 5] and table.max_batch_tokens == 5
     assert all(r > 0 for r in table.sample_steps_per_sec)
