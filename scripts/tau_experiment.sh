@@ -405,7 +405,7 @@ follow)  # print the pipeline's progress every 30 s until it ends or S seconds p
   # OUT is given, `snap OUT` (so a machine lost later still leaves the results so far)
   end=$((SECONDS + ${2:-540}))
   while kill -0 "$(cat "$W/pipeline.pid")" 2> /dev/null; do
-    grep '^### ' "$W/pipeline.log" | tail -n 1
+    { grep '^### ' "$W/pipeline.log" || true; } | tail -n 1  # none yet at the start
     tail -n 2 "$W/pipeline.log" | cut -c1-200
     [ $SECONDS -ge $end ] && { echo "still running"; break; }
     sleep 30
