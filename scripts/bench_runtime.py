@@ -191,12 +191,7 @@ def trained_figures(report, args, device) -> None:
 
     ckpt = checkpoint.resolve(Path(args.draft))
     bench_args = SimpleNamespace(
-        max_new_tokens=args.draft_tokens,
-        temperature=0.0,
-        seed=0,
-        no_baseline=False,
-        procs=1,
-        threads=1,
+        max_new_tokens=args.draft_tokens, temperature=0.0, seed=0, no_baseline=False, procs=1
     )
     trained = {"checkpoint": str(ckpt)}
     runs = (("static", ("gsm8k", "mtbench", "gsm8k_t1")), ("eager", ("gsm8k",)))
@@ -208,7 +203,7 @@ def trained_figures(report, args, device) -> None:
             n = args.prompts if runtime == "static" else args.eager_prompts
             bench_args.temperature = 1.0 if bench.endswith("_t1") else 0.0
             items = load_bench(bench.removesuffix("_t1"), n)
-            fig = run_bench([decoder], tok, items, bench_args, f"{runtime} {bench}")
+            fig = run_bench(decoder, tok, items, bench_args, f"{runtime} {bench}")
             trained.setdefault(runtime, {})[bench] = fig
             print(
                 f"trained draft, {runtime} {bench}: tau {fig['tau']:.3f}, speedup "

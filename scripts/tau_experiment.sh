@@ -6,8 +6,6 @@
 #   bash scripts/tau_experiment.sh wait regen S #   background)
 #   bash scripts/tau_experiment.sh train        # DSpark, DFlash, EAGLE-3 on them (background)
 #   bash scripts/tau_experiment.sh wait runs S  # until the three runs end, or S seconds
-#   bash scripts/tau_experiment.sh evalrate     # answers/s of serving.evaluate by processes x
-#                                               #   threads (EVALRATE); `eval` takes the best
 #   bash scripts/tau_experiment.sh eval         # tau by benchmark, greedy and T=1, and DSpark's
 #   bash scripts/tau_experiment.sh wait eval S  #   budget curve (background; reports as done)
 #   bash scripts/tau_experiment.sh ablate       # DSpark's ablations on the same file (background)
@@ -24,33 +22,34 @@
 #   bash scripts/tau_experiment.sh pipeline     # all of the above in one background job, in
 #   bash scripts/tau_experiment.sh follow S     #   order of worth (below); follow polls it
 #
-# pipeline: the SPS table on idle GPUs, regen, the main runs, speed (the GPUs idle again),
-# evalrate, the main evaluation with the budget curve, the ablations, their evaluation, report-ablate, pack
+# pipeline: the SPS table on idle GPUs, regen, the main runs, speed (the GPUs idle again), the
+# main evaluation with the budget curve, the ablations, their evaluation, report-ablate, pack
 # into $W/pack. What is cut short by the device's time is what matters least; `pack` run by
 # hand packs whatever exists, and `follow S OUT` leaves the small results so far in OUT (`snap`).
-# GPUS: `place` puts each run's target and trainer on two of them, each trainer on a GPU of its
-# own where there are more GPUs than runs; GPUS=1: both on the one GPU, and SERIAL=1 (its
-# default there) trains the runs and runs the main evaluations one at a time, in the order given
-# (runs sharing a GPU are time-sliced: together they are slower than one after another).
+# GPUS: run k (of RUNS, or of ABL) trains on GPU k mod GPUS, its target and its trainer both
+# there; a GPU's runs go one after another. A run's own target costs its trainer nothing
+# measurable (0.21-0.23 s/step on one H200, pass 5, as with a GPU per trainer on an x4), while
+# two runs on a GPU are time-sliced (three runs on two GPUs: 0.63-0.69 s/step, pass 3). The
+# main evaluations, then the budget curve, run one at a time in the order given, each over all
+# GPUs (PROCS processes): the one that matters most is done first.
 # Background phases run under setsid (they outlive the call that started them while the machine
 # stays warm: keep calls back to back, an idle machine is released after ~30 s); `wait` polls
 # them. Measured on two H200s (docs/ablations/tau_h200.md): regen 90-96 samples/s per GPU;
 # training ~76 samples/s over the two GPUs whether 3 or 10 runs share them (time-sliced: three
 # runs of 750 steps take ~9.5 min, ten 2.2 s/step); a trainer with a GPU of its own 0.21-0.23
 # s/step (pass 4, four H200s); evaluation with ~30 decoding processes 4.5-5.5 answers/s (128
-# tokens) in all (time-sliced processes; `evalrate` measures threads); speed ~130-150 s.
+# tokens) in all, ~2.0-2.2 answers/s with 2 processes on one H200 (pass 5; 8 decoder threads in
+# one process were slower: the batch-1 decode loop is host-bound under the GIL); speed ~130-150 s.
 #
 # Every draft sees the same samples: the data are regenerated once by `splitserve.regenerate`
 # with the recipe's target settings (+recipe=smol_gpu: three sampling settings, answers up to
 # 512 tokens, sequences up to 1,024) and every run trains on that file with
 # target.regenerate=false (its target only prefills, to capture hidden states).
-# Environment: W (work dir), SAMPLES (the budget), GPUS, SERIAL, PROCS and THREADS (decoding
-# processes per evaluation, decoder threads per process; unset: the best of `evalrate`, else
-# 2 x GPUS and 1), EVALRATE (the PxT settings `evalrate` times; "" for none), LIMIT (items per
-# benchmark), CURVE_LIMIT, TOKENS (new tokens per answer),
+# Environment: W (work dir), SAMPLES (the budget), GPUS, PROCS (decoding processes per
+# evaluation), LIMIT (items per benchmark), CURVE_LIMIT, TOKENS (new tokens per answer),
 # SPEED_LIMIT (GSM8K items of each timed single-stream run), EVAL_JOBS (the main evaluations,
-# draft-tT; default: both temperatures of each of RUNS; "" for none), RUNS (the main runs `train`
-# starts), ABLATE and SPEED (0: the pipeline skips the ablations / the speed phase), CURVE (0:
+# draft-tT, run in that order; default: T=1 of each of RUNS, then greedy; "" for none), RUNS
+# (the main runs `train` starts), ABLATE and SPEED (0: the pipeline skips the ablations / the speed phase), CURVE (0:
 # no budget curve), ABL (the ablations `ablate` runs), ABL_LIMIT and ABL_PROCS (items and
 # processes of each ablation evaluation), EXTRA (overrides added to every command, e.g. to shrink
 # it on CPU), REGEN_EXTRA (to regeneration only, e.g. a smaller prompt pool).
@@ -61,10 +60,7 @@ W=${W:-/tmp/tau}
 SAMPLES=${SAMPLES:-16000}
 MICRO=${MICRO:-16}
 GPUS=${GPUS:-2}
-SERIAL=${SERIAL:-$((GPUS == 1))}  # 1: main runs and main evaluations one at a time
-# PxT settings `evalrate` times: the old default (processes only), threads alone, both
-EVALRATE=${EVALRATE-$((2 * GPUS))x1 1x8 $((4 * GPUS))x8}
-EVALRATE_LIMIT=${EVALRATE_LIMIT:-64}  # GSM8K items of each `evalrate` setting
+PROCS=${PROCS:-$((2 * GPUS))}  # decoding processes per evaluation (GPUs round-robin)
 LIMIT=${LIMIT:-200}  # GSM8K 200 of its test set, MT-Bench all 80, HumanEval all 164
 TOKENS=${TOKENS:-128}
 CURVE_LIMIT=${CURVE_LIMIT:-100}  # GSM8K items per earlier DSpark checkpoint
@@ -74,7 +70,8 @@ SPEED_LIMIT=${SPEED_LIMIT:-25}
 ABLATE=${ABLATE:-1}  # 0: the pipeline leaves the ablations out
 SPEED=${SPEED:-1}    # 0: the pipeline leaves the speed phase out
 RUNS=${RUNS:-dspark dflash eagle3}  # the main runs `train` starts (dspark is the ablations' baseline)
-EVAL_JOBS=${EVAL_JOBS-$(for r in $RUNS; do printf '%s ' "$r-t0" "$r-t1"; done)}  # "": none
+# the main evaluations in order of worth: T=1 of every run (the goal's macro tau), then greedy
+EVAL_JOBS=${EVAL_JOBS-$(for t in 1 0; do for r in $RUNS; do printf '%s ' "$r-t$t"; done; done)}
 CURVE=${CURVE:-1}    # 0: `eval` leaves out DSpark's budget curve
 ABL=${ABL:-rope_partial rope_interleaved mla layers1 layers2 layers5 block16}  # `ablate` runs these
 EVAL_HELD=${EVAL_HELD:-64}  # held out of training: its eval, and STS fit/test prompts
@@ -87,18 +84,7 @@ REGEN_SAMPLES=${REGEN_SAMPLES:-$(((SAMPLES + EVAL_HELD) * 112 / 100))}
 PY=${PY:-python}
 mkdir -p "$W"
 [[ $GPUS =~ ^[1-9][0-9]*$ ]] || { echo "error: GPUS=$GPUS: a positive number of GPUs"; exit 1; }
-for v in ${PROCS:-} ${THREADS:-}; do
-  [[ $v =~ ^[1-9][0-9]*$ ]] || { echo "error: PROCS/THREADS: $v is not a positive number"; exit 1; }
-done
-for pt in $EVALRATE; do
-  [[ $pt =~ ^[1-9][0-9]*x[1-9][0-9]*$ ]] || { echo "error: EVALRATE: $pt is not PxT"; exit 1; }
-done
-
-parallel() {  # "PROCS THREADS" of the main evaluations: as set, else evalrate's best, else 2xGPUS 1
-  local best=""
-  [ -f "$W/evalrate/best" ] && best=$(cat "$W/evalrate/best")
-  echo "${PROCS:-${best% *}} ${THREADS:-${best#* }}" | sed "s/^ /$((2 * GPUS)) /; s/ $/ 1/"
-}
+[[ $PROCS =~ ^[1-9][0-9]*$ ]] || { echo "error: PROCS=$PROCS: a positive number"; exit 1; }
 
 waitall() {  # wait for every pid given; fail if any failed
   local rc=0
@@ -118,33 +104,47 @@ ABLATIONS=(rope_partial:draft.rope=partial rope_interleaved:draft.rope=interleav
   layers1:draft.num_layers=1 layers2:draft.num_layers=2 layers5:draft.num_layers=5 # 3
   block16:draft.block_size=16)                                                    # 7
 
-place() {  # k, n: "target,trainer" GPUs of the k-th of n runs started together
-  # Trainers go round-robin from the last GPU down; targets (a prefill each, a small load) share
-  # the GPUs no trainer has, if any are left, else go round-robin from GPU 0. With 2 GPUs and 3
-  # runs: 0,1 1,0 0,1; with 4 GPUs and 3 runs: 0,3 0,2 0,1 (each trainer has a GPU to itself).
-  local k=$1 n=$2 trainer target free
-  [ "$GPUS" = 1 ] && { echo 0; return; }  # one GPU: target and trainer share it
-  free=$((GPUS - n))
-  trainer=$((GPUS - 1 - k % GPUS))
-  if [ $free -gt 0 ]; then target=$((k % free)); else target=$((k % GPUS)); fi
-  [ $target != $trainer ] || target=$(((trainer + 1) % GPUS))
-  echo "$target,$trainer"
-}
-
-launch() {  # group, name, CUDA_VISIBLE_DEVICES, port base, overrides: a run in the background
-  local group=$1 name=$2 gpus=$3 port=$4
+launch() {  # group, name, GPU, port base, overrides: a run on one GPU, in the background
+  local group=$1 name=$2 gpu=$3 port=$4
   shift 4
-  CUDA_VISIBLE_DEVICES=$gpus setsid nohup $PY -m splitserve.train "${common[@]}" "$@" \
+  CUDA_VISIBLE_DEVICES=$gpu setsid nohup $PY -m splitserve.train "${common[@]}" "$@" \
     split.master_port=$port hydra.run.dir="$W/$group/$name" > "$W/$group/$name.log" 2>&1 &
   echo $! > "$W/$group/$name.pid"
 }
 
-launch_run() {  # dspark | dflash | eagle3, GPUs: one of the main runs in the background
+jobs_of() {  # runs | ablate: the group's runs, one "name|port|overrides" line each, in order
+  local k=0 job
   case $1 in
-  dspark) launch runs dspark $2 29500 ;;
-  dflash) launch runs dflash $2 29510 draft=dflash ;;
-  eagle3) launch runs eagle3 $2 29520 draft=eagle3 draft.num_layers=1 ;;
+  runs)
+    for r in $RUNS; do
+      case $r in
+      dspark) echo "dspark|29500|" ;;
+      dflash) echo "dflash|29510|draft=dflash" ;;
+      eagle3) echo "eagle3|29520|draft=eagle3 draft.num_layers=1" ;;
+      esac
+    done
+    ;;
+  ablate)
+    for job in "${ABLATIONS[@]}"; do
+      [[ " $ABL " == *" ${job%%:*} "* ]] || continue
+      echo "${job%%:*}|$((29600 + 10 * k))|${job#*:}"
+      k=$((k + 1))
+    done
+    ;;
   esac
+}
+
+start_lanes() {  # runs | ablate: one background lane per GPU that has runs (`lane`)
+  local group=$1 n g
+  mkdir -p "$W/$group"
+  n=$(jobs_of "$group" | wc -l)
+  for g in $(seq 0 $((GPUS - 1))); do
+    [ "$g" -lt "$n" ] || break
+    setsid nohup bash "$SELF" lane "$group" "$g" > "$W/$group/lane$g.log" 2>&1 &
+    echo $! > "$W/$group/lane$g.pid"
+  done
+  echo "started: $n runs of $STEPS steps x $MICRO samples on $((n < GPUS ? n : GPUS)) GPUs" \
+    "(run k on GPU k mod $GPUS, a GPU's runs one after another)"
 }
 
 case "${1:-}" in
@@ -174,48 +174,31 @@ rows.sort(key=lambda x: json.loads(x)['g']); sys.stdout.writelines(rows)" \
 train)
   [ -f "$W/regen.jsonl" ] || { echo "error: $W/regen.jsonl is missing (run regen first)"; exit 1; }
   mkdir -p "$W/runs"
-  runs=($RUNS)
-  for r in "${runs[@]}"; do
+  for r in $RUNS; do
     [[ " dspark dflash eagle3 " == *" $r "* ]] ||
       { echo "error: RUNS: unknown run $r (allowed: dspark dflash eagle3)"; exit 1; }
   done
-  if [ "$SERIAL" = 1 ]; then  # one at a time, in the background; `wait runs` polls the chain
-    setsid nohup bash "$SELF" train-serial > "$W/runs/serial.log" 2>&1 &
-    echo $! > "$W/runs/serial.pid"
-    echo "started: $RUNS one after another on GPUs $(place 0 1), $STEPS steps x $MICRO samples each"
-    exit 0
-  fi
-  for k in "${!runs[@]}"; do  # GPUs by `place`
-    gpus=$(place $k ${#runs[@]})
-    launch_run ${runs[$k]} $gpus
-    echo "${runs[$k]}: target on GPU ${gpus%,*}, trainer on GPU ${gpus#*,}"
-  done
-  echo "started: $RUNS, $STEPS steps x $MICRO samples each"
+  start_lanes runs
   ;;
-train-serial)
-  for r in $RUNS; do
-    echo "### $(date +%T) $r"
-    launch_run $r "$(place 0 1)"
-    wait "$(cat "$W/runs/$r.pid")" || echo "### $(date +%T) $r failed"
+lane)  # group, GPU: the group's runs k = GPU, GPU + GPUS, ... one after another on that GPU
+  group=${2:?lane needs a group} gpu=${3:?lane needs a GPU}
+  mapfile -t jobs < <(jobs_of "$group")
+  for k in "${!jobs[@]}"; do
+    [ $((k % GPUS)) = "$gpu" ] || continue
+    IFS='|' read -r name port overrides <<< "${jobs[$k]}"
+    echo "### $(date +%T) $name on GPU $gpu"
+    launch "$group" "$name" "$gpu" "$port" $overrides
+    wait "$(cat "$W/$group/$name.pid")" || echo "### $(date +%T) $name failed"
   done
   ;;
 ablate)
   # the issue's DSpark ablations on the same file and budget, one axis changed per job; the
   # main DSpark run (runs/dspark: rope full, qwen3 attention, 3 layers, block 7) is the baseline
-  mkdir -p "$W/ablate"
-  jobs=()
-  for job in "${ABLATIONS[@]}"; do [[ " $ABL " == *" ${job%%:*} "* ]] && jobs+=("$job"); done
   for name in $ABL; do
     [[ " ${ABLATIONS[*]%%:*} " == *" $name "* ]] ||
       { echo "error: ABL: unknown ablation $name (allowed: ${ABLATIONS[*]%%:*})"; exit 1; }
   done
-  for k in "${!jobs[@]}"; do
-    job=${jobs[$k]}
-    gpus=$(place $k ${#jobs[@]})
-    launch ablate "${job%%:*}" $gpus $((29600 + 10 * k)) ${job#*:}
-    echo "${job%%:*}: target on GPU ${gpus%,*}, trainer on GPU ${gpus#*,}"
-  done
-  echo "started: ablation runs $ABL, $STEPS steps x $MICRO samples each"
+  start_lanes ablate
   ;;
 wait)
   group=${2:?wait needs a group: regen, runs, ablate, eval or eval-ablate}
@@ -230,7 +213,7 @@ wait)
     elif [ "$group" = runs ] || [ "$group" = ablate ]; then
       for f in "$W/$group"/*.pid; do
         d=$(basename "$f" .pid)
-        [ "$d" = serial ] && continue
+        [[ $d == lane* ]] && continue  # a GPU's chain of runs, not a run
         last=$(tail -n 1 "$W/$group/$d/metrics.jsonl" 2> /dev/null | cut -c1-120 || true)
         echo "$(date +%T) $d: $last"
       done
@@ -250,62 +233,28 @@ eval)
     [[ $job =~ ^(dspark|dflash|eagle3)-t[0-9.]+$ ]] ||
       { echo "error: EVAL_JOBS: $job is not <dspark|dflash|eagle3>-t<temperature>"; exit 1; }
   done
-  read -r procs threads <<< "$(parallel)"
-  echo "main evaluations: $procs processes x $threads threads each"
-  start() {  # name, then serving.evaluate's flags: in the background, its pid kept
+  setsid nohup bash "$SELF" eval-fg > "$W/eval/chain.log" 2>&1 &
+  echo $! > "$W/eval/chain.pid"
+  echo "started: the evaluations one after another ($EVAL_JOBS, then the budget curve)"
+  ;;
+eval-fg)  # `eval`'s chain: each main evaluation over all GPUs, then DSpark's budget curve
+  one_eval() {  # name, then serving.evaluate's flags
     local name=$1
     shift
-    setsid nohup $PY -m serving.evaluate --no-baseline --no-plot --max-new-tokens $TOKENS \
-      --out "$W/eval/$name" "$@" > "$W/eval/$name.log" 2>&1 &
-    echo $! > "$W/eval/$name.pid"
+    echo "### $(date +%T) $name"
+    $PY -m serving.evaluate --no-baseline --no-plot --max-new-tokens $TOKENS --procs $PROCS \
+      --out "$W/eval/$name" "$@" > "$W/eval/$name.log" 2>&1 || echo "### $(date +%T) $name failed"
   }
-  main_flags="--bench gsm8k,mtbench,humaneval --limit $LIMIT --procs $procs --threads $threads"
-  if [ "$SERIAL" = 1 ] && [ -n "$EVAL_JOBS" ]; then  # one at a time, in the order given
-    setsid nohup bash -c 'for job in $1; do
-        echo "### $(date +%T) $job"
-        $2 -m serving.evaluate --no-baseline --no-plot --max-new-tokens $3 --out "$4/$job" \
-          --checkpoint "$5/${job%-t*}" --temperature ${job##*-t} $6 > "$4/$job.log" 2>&1 ||
-          echo "### $(date +%T) $job failed"
-      done' _ "$EVAL_JOBS" "$PY" $TOKENS "$W/eval" "$W/runs" "$main_flags" \
-      > "$W/eval/serial.log" 2>&1 &
-    echo $! > "$W/eval/serial.pid"
-  else
-    for job in $EVAL_JOBS; do
-      start "$job" --checkpoint "$W/runs/${job%-t*}" --temperature ${job##*-t} $main_flags
-    done
-  fi
-  # DSpark's budget curve: its earlier checkpoints on GSM8K, greedy (the last one is dspark-t0)
+  for job in $EVAL_JOBS; do
+    one_eval "$job" --checkpoint "$W/runs/${job%-t*}" --temperature ${job##*-t} \
+      --bench gsm8k,mtbench,humaneval --limit $LIMIT
+  done
+  # the budget curve: DSpark's earlier checkpoints on GSM8K, greedy (the last one is dspark-t0)
   ckpts=("$W"/runs/dspark/checkpoints/step-*)
   [ "$CURVE" = 1 ] || ckpts=()
   for c in "${ckpts[@]:0:${#ckpts[@]}-1}"; do
-    start "curve-$(basename "$c")" --checkpoint "$c" --bench gsm8k --limit $CURVE_LIMIT \
-      --procs $GPUS --threads $threads
+    one_eval "curve-$(basename "$c")" --checkpoint "$c" --bench gsm8k --limit $CURVE_LIMIT
   done
-  echo "started: $(ls "$W"/eval/*.pid | wc -l) evaluations"
-  ;;
-evalrate)
-  # serving.evaluate's answers/s on DSpark's draft (GSM8K, greedy) for each PxT of EVALRATE, one
-  # setting at a time on the otherwise idle GPUs; the best goes to $W/evalrate/best for `eval`
-  mkdir -p "$W/evalrate"
-  for pt in $EVALRATE; do
-    $PY -m serving.evaluate --checkpoint "$W/runs/dspark" --bench gsm8k --limit $EVALRATE_LIMIT \
-      --max-new-tokens $TOKENS --no-baseline --no-plot --procs ${pt%x*} --threads ${pt#*x} \
-      --out "$W/evalrate/$pt" > "$W/evalrate/$pt.log" 2>&1 || { tail -n 20 "$W/evalrate/$pt.log"; exit 1; }
-  done
-  $PY - "$W/evalrate" $EVALRATE <<'PYEOF'
-import json, sys
-from pathlib import Path
-root, rates = Path(sys.argv[1]), {}
-for pt in sys.argv[2:]:
-    r = json.loads((root / pt / "gsm8k.json").read_text())
-    rates[pt] = {"answers_per_s": r["answers_per_s"], "elapsed_s": r["elapsed_s"],
-                 "turns": r["turns"], "tau": r["tau"]}
-    print(f"{pt}: {r['answers_per_s']:.2f} answers/s ({r['turns']} in {r['elapsed_s']:.1f} s), tau {r['tau']:.3f}")
-best = max(rates, key=lambda pt: rates[pt]["answers_per_s"])
-(root / "evalrate.json").write_text(json.dumps({"settings": rates, "best": best}, indent=1))
-(root / "best").write_text(best.replace("x", " "))
-print(f"best: {best} (processes x threads)")
-PYEOF
   ;;
 eval-ablate)
   # every ablation job and the baseline, greedy, GSM8K and MT-Bench, into each run's own
@@ -387,7 +336,6 @@ pipeline-fg)
   step bash "$SELF" train
   step bash "$SELF" wait runs 7200
   [ "$SPEED" = 1 ] && step bash "$SELF" speed
-  [ -n "$EVALRATE" ] && [ -n "$EVAL_JOBS" ] && step bash "$SELF" evalrate
   step bash "$SELF" eval
   step bash "$SELF" wait eval 7200
   if [ "$ABLATE" = 1 ]; then  # last: more runs at once do not train faster (time-slicing)
@@ -429,8 +377,7 @@ pack)
   (cd "$W" && sha256sum runs/*/checkpoints/step-*/draft/model*.safetensors export/dspark/* \
     > checksums.txt)
   mkdir -p "$W/speed" "$W/eval"  # pack what exists
-  mkdir -p "$W/evalrate"
-  tar -czf "$out/results.tar.gz" -C "$W" checksums.txt eval evalrate speed export.log \
+  tar -czf "$out/results.tar.gz" -C "$W" checksums.txt eval speed export.log \
     $(cd "$W" && ls runs/*.log runs/*/metrics.jsonl runs/*/.hydra/overrides.yaml regen*.log regen/regen.log 2> /dev/null) \
     $(cd "$W" && ls runs/*/checkpoints/step-*/draft/draft_config.json 2> /dev/null) \
     $(cd "$W" && ls -d runs/dspark/eval ablate/*.log ablate/*/metrics.jsonl ablate/*/eval \
@@ -439,7 +386,7 @@ pack)
   ls -la "$out"
   ;;
 *)
-  sed -n '2,25p' "$0"
+  sed -n '2,23p' "$0"
   exit 2
   ;;
 esac

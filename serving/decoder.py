@@ -29,7 +29,6 @@ graph-bucket choice must.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -152,16 +151,6 @@ class SpeculativeDecoder:
         """`runtime`: how the target runs (splitserve.target.runtime.make_engine: eager, static =
         static KV cache with one CUDA graph per verify width on a GPU, auto = static where the
         target allows it on a GPU); `max_len`: the most positions one request may use."""
-        # what `sibling` passes on (everything but the modules)
-        self._settings = dict(
-            scheduler=scheduler,
-            sps=sps,
-            sts_temperatures=sts_temperatures,
-            block_size=block_size,
-            verify_widths=verify_widths,
-            runtime=runtime,
-            max_len=max_len,
-        )
         self.target = target.eval()
         self.device = next(target.parameters()).device
         self.runtime, self.max_len = runtime, max_len
@@ -212,14 +201,6 @@ class SpeculativeDecoder:
         )
         # with a graphed target the proposer is kept across requests and its proposal graphed
         self.kept_proposer = self.graphed_proposal = None
-
-    def sibling(self) -> SpeculativeDecoder:
-        """A decoder with this one's settings and an engine and proposer state of its own, over
-        the same draft module and, where the engine allows (static), the same target module
-        (weights only read); an eager engine hooks its model, so it gets a copy of the target.
-        One per thread when several requests decode at once (serving.evaluate --threads)."""
-        target = self.target if self.engine.shares_model else copy.deepcopy(self.target)
-        return SpeculativeDecoder(target, self.draft, **self._settings)
 
     def _width_for(self, n_verify: torch.Tensor, budget: int) -> int:
         """The verify width of a step: the smallest tier holding anchor + scheduled drafts. A

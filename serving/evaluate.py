@@ -2,7 +2,7 @@
 
     python -m serving.evaluate --checkpoint RUN/checkpoints/step-N --bench gsm8k,mtbench,humaneval
         [--limit N] [--temperature T] [--max-new-tokens N] [--out DIR] [--no-baseline]
-        [--procs N] [--threads N] [decoder flags as serving.generate]
+        [--procs N] [decoder flags as serving.generate]
 
 Per benchmark it writes and prints one JSON object: tau (mean tokens emitted per decode step,
 bonus included), conditional acceptance by draft position (accepted / reached, where a position
@@ -15,24 +15,19 @@ outputs equal the target-only output; `draft_step_ms` is the median time of one 
 benchmark's JSON is written as soon as it is complete. The first prompt is decoded once untimed
 first (CUDA-graph capture, allocations); graphs of longer contexts are still captured on first
 use inside the timing. `--no-baseline` skips target-only decoding (tau and acceptance only);
-`--procs N` decodes the items in N processes at once (GPUs round-robin) and `--threads N` in N
-threads of each process (each a decoder of its own on a CUDA stream of its own, the weights
-shared), and adds up their sums: tau and acceptance are the same as one decoder's (item i is
-seeded alike wherever it runs), speeds are not single-stream figures. Batch-1 decoding leaves an
-H200 mostly idle and one process's contexts are time-sliced against another's, so threads are
-what fill it; `elapsed_s` and `answers_per_s` say how fast the whole benchmark went.
+`--procs N` decodes the items in N processes at once (GPUs round-robin) and adds up their sums:
+tau and acceptance are the same as one process's, speeds are not single-stream figures.
+`elapsed_s` and `answers_per_s` say how long the whole benchmark took (the slowest process).
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import queue as queue_module
 import sys
 import time
 import traceback
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -110,21 +105,17 @@ class Tally:
                 self.hits[k] += int(k < n_acc)
 
 
-def _sync(device: torch.device) -> None:
-    """Wait for this thread's work: its current stream (other threads decode on their own)."""
-    if device.type == "cuda":
-        torch.cuda.current_stream(device).synchronize()
-
-
 def _timed(
     decoder: SpeculativeDecoder, ids: list[int], args, eos: int, seed: int
 ) -> tuple[DecodeResult, float]:
-    _sync(decoder.device)
+    if decoder.device.type == "cuda":
+        torch.cuda.synchronize(decoder.device)
     t0 = time.perf_counter()
     res = decoder.generate(
         ids, args.max_new_tokens, temperature=args.temperature, eos_token_id=eos, seed=seed
     )
-    _sync(decoder.device)
+    if decoder.device.type == "cuda":
+        torch.cuda.synchronize(decoder.device)
     return res, time.perf_counter() - t0
 
 
@@ -133,7 +124,9 @@ def tally_bench(
 ) -> dict:
     """Decode every (index, item) speculatively and, unless --no-baseline, target-only (item i
     is seeded with --seed + i, so a shard decodes its items as the whole run would). Returns the
-    raw sums `report` needs, which add up across shards."""
+    raw sums `report` needs, which add up across shards, and `elapsed_s`: the wall time of it all
+    (warm-up and target-only decoding included: what a whole evaluation costs)."""
+    t0 = time.perf_counter()
     baseline = None
     if not args.no_baseline:
         baseline = SpeculativeDecoder(
@@ -164,41 +157,8 @@ def tally_bench(
                 identical += int(res.token_ids == ref.token_ids)
                 base_msgs.append(_assistant(tok, ref))
     return {"spec": spec, "base": base if baseline is not None else None,
-            "identical": identical, "turns": turns, "items": len(items)}  # fmt: skip
-
-
-def tally_threads(
-    decoders: list[SpeculativeDecoder], tok, items: list[tuple[int, list[str]]], args, desc=""
-) -> dict:
-    """`tally_bench` in len(decoders) threads at once: thread k decodes items k, k + T, ... with
-    decoders[k] on a CUDA stream of its own; their sums added, with the wall time it all took
-    (`elapsed_s`). One decoder: the calling thread, its current stream."""
-    t0 = time.perf_counter()
-    if len(decoders) == 1:
-        sums = tally_bench(decoders[0], tok, items, args, desc)
-    else:
-        n = len(decoders)
-
-        def one(k: int) -> dict:
-            dev = decoders[k].device
-            on_stream = (
-                torch.cuda.stream(torch.cuda.Stream(dev))
-                if dev.type == "cuda"
-                else contextlib.nullcontext()
-            )
-            with on_stream:
-                mine_desc = None if desc is None or k else f"{desc} (thread 1 of {n})"
-                return tally_bench(decoders[k], tok, items[k::n], args, mine_desc)
-
-        with ThreadPoolExecutor(n, thread_name_prefix="decoder") as pool:
-            sums = merge_sums(list(pool.map(one, range(n))))
-    sums["elapsed_s"] = time.perf_counter() - t0
-    return sums
-
-
-def decoders_for(decoder: SpeculativeDecoder, threads: int) -> list[SpeculativeDecoder]:
-    """`decoder` and threads - 1 siblings of it (same modules, state of their own)."""
-    return [decoder] + [decoder.sibling() for _ in range(threads - 1)]
+            "identical": identical, "turns": turns, "items": len(items),
+            "elapsed_s": time.perf_counter() - t0}  # fmt: skip
 
 
 def _assistant(tok, res: DecodeResult) -> dict:
@@ -212,8 +172,7 @@ def merge_sums(parts: list[dict]) -> dict:
     out["base"] = None if bases[0] is None else bases[0].merged(bases[1:])
     for key in ("identical", "turns", "items"):
         out[key] = sum(p[key] for p in parts)
-    if all("elapsed_s" in p for p in parts):  # shards decode at once: the longest one
-        out["elapsed_s"] = max(p["elapsed_s"] for p in parts)
+    out["elapsed_s"] = max(p["elapsed_s"] for p in parts)  # the shards decode at once
     return out
 
 
@@ -241,21 +200,19 @@ def report(sums: dict, gamma: int, scheduler: str, args) -> dict:
         "speculative": spec.speed(),
         "target_only": base.speed() if base is not None else None,
         "procs": args.procs,
-        "threads": args.threads,
+        # the whole benchmark's wall time (the longest shard) and answers (turns) per second
+        "elapsed_s": sums["elapsed_s"],
+        "answers_per_s": sums["turns"] / sums["elapsed_s"],
     }
-    if "elapsed_s" in sums:  # the whole benchmark's decoding (warm-up included), wall time
-        rep["elapsed_s"] = sums["elapsed_s"]
-        rep["answers_per_s"] = sums["turns"] / sums["elapsed_s"]
     rep["speedup"] = (
         rep["speculative"]["tokens_per_s"] / rep["target_only"]["tokens_per_s"]
         if base is not None
         else None
     )
-    if args.procs * args.threads > 1:
+    if args.procs > 1:
         rep["timing_note"] = (
-            f"{args.procs} processes x {args.threads} threads decoded at once on shared devices: "
-            "speeds and the speedup are not single-stream figures (run with --procs 1 "
-            "--threads 1 for those)"
+            f"{args.procs} processes decoded at once on shared devices: speeds and the speedup "
+            "are not single-stream figures (run with --procs 1 for those)"
         )
     if args.temperature == 0 and base is not None:
         rep["identical_to_target_only"] = f"{sums['identical']}/{sums['turns']}"
@@ -263,13 +220,12 @@ def report(sums: dict, gamma: int, scheduler: str, args) -> dict:
 
 
 def run_bench(
-    decoders: list[SpeculativeDecoder], tok, items: list[list[str]], args, desc: str = ""
+    decoder: SpeculativeDecoder, tok, items: list[list[str]], args, desc: str = ""
 ) -> dict:
-    """One benchmark in this process (one thread per decoder): its report, with the draft's
-    proposal time."""
-    sums = tally_threads(decoders, tok, list(enumerate(items)), args, desc)
-    rep = report(sums, decoders[0].gamma, decoders[0].scheduler.mode, args)
-    rep["draft_step_ms"] = _draft_step_ms(decoders[0], tok, items)
+    """One benchmark in this process: its report, with the draft's proposal time."""
+    sums = tally_bench(decoder, tok, list(enumerate(items)), args, desc)
+    rep = report(sums, decoder.gamma, decoder.scheduler.mode, args)
+    rep["draft_step_ms"] = _draft_step_ms(decoder, tok, items)
     return rep
 
 
@@ -287,15 +243,13 @@ def _shard_main(args, items: dict[str, list[list[str]]], shard: int, queue) -> N
         if args.device in ("auto", "cuda") and torch.cuda.is_available():
             args.device = f"cuda:{shard % torch.cuda.device_count()}"
         else:  # CPU decoders share the cores instead of each taking all of them
-            share = (os.cpu_count() or 1) // (args.procs * args.threads)
-            torch.set_num_threads(max(1, share))
+            torch.set_num_threads(max(1, (os.cpu_count() or 1) // args.procs))
         decoder, tok = decoder_from_args(args)
-        decoders = decoders_for(decoder, args.threads)
         info = {"gamma": decoder.gamma, "scheduler": decoder.scheduler.mode}
         for bench, its in items.items():
             mine = list(enumerate(its))[shard :: args.procs]
             desc = f"{bench} (shard 1 of {args.procs})" if shard == 0 else None
-            sums = tally_threads(decoders, tok, mine, args, desc)
+            sums = tally_bench(decoder, tok, mine, args, desc)
             if shard == 0:
                 sums["draft_step_ms"] = _draft_step_ms(decoder, tok, its)
             queue.put(("sums", shard, bench, sums, info))
@@ -442,14 +396,6 @@ def build_parser():
         "are exact, speeds are not single-stream",
     )
     ap.add_argument(
-        "--threads",
-        type=cli.POSITIVE,
-        default=1,
-        help="decoders per process, each in a thread and on a CUDA stream of its own, sharing "
-        "the items and the weights; >1: tau and acceptance are exact, speeds are not "
-        "single-stream",
-    )
-    ap.add_argument(
         "--no-plot", action="store_true", help="skip acceptance.png (no matplotlib needed)"
     )
     return ap
@@ -476,12 +422,8 @@ def main(argv=None) -> int:
         args.checkpoint = ckpt  # resolved once (a run directory: its newest checkpoint)
         if args.procs == 1:
             decoder, tok = decoder_from_args(args)
-            if decoder.device.type == "cpu" and args.threads > 1:
-                share = (os.cpu_count() or 1) // args.threads
-                torch.set_num_threads(max(1, share))
-            decoders = decoders_for(decoder, args.threads)
             for bench in benches:
-                write(bench, run_bench(decoders, tok, items[bench], args, bench))
+                write(bench, run_bench(decoder, tok, items[bench], args, bench))
         else:
             run_sharded(items, args, write)
     except (ValueError, FileNotFoundError, NotImplementedError) as exc:

@@ -33,9 +33,6 @@ RUNTIMES = ("auto", "eager", "static")
 
 class EagerEngine:
     graphs = False  # the decoder graphs its draft proposal only beside a graphed target
-    # capture hooks and linear-state staging sit on the model itself: two engines decoding at
-    # once (threads) need a model each
-    shares_model = False
 
     def __init__(self, model, layer_ids: list[int]) -> None:
         self.model, self.layer_ids = model, list(layer_ids)
@@ -100,11 +97,7 @@ class StaticEngine:
     """Verify widths in `widths` replay one CUDA graph per (width, extent bucket), captured on
     first use; any other call (the prompt) runs the same forward eagerly. `compile_step`: the
     graphs capture a torch.compile'd step (fused kernels; one compilation per graph on first
-    use). `buckets`: the cache lengths steps attend over (default `extent_buckets(max_len)`).
-    The model's weights are only read (the cache and the features are this engine's own), so
-    engines in several threads may share one model."""
-
-    shares_model = True
+    use). `buckets`: the cache lengths steps attend over (default `extent_buckets(max_len)`)."""
 
     def __init__(
         self,

@@ -15,15 +15,10 @@ step of a width correct without a scratch cache row.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
-
-# One capture at a time in a process: decoders in several threads (serving.evaluate --threads)
-# capture their graphs on first use while the others keep decoding on their own streams.
-_CAPTURE_LOCK = threading.Lock()
 
 
 @dataclass
@@ -74,10 +69,8 @@ class GraphedStep:
 def capture(fn: Callable, device: torch.device, pool=None, warmup: int = 2):
     """(graph, outputs) of `fn()` captured on `device` after `warmup` eager runs on a
     side stream (torch's requirement; a compiled fn compiles there). The warm-up runs are real
-    calls of fn: capture only where running the step more than once is harmless. Captures are
-    serialized, and in thread-local mode: only this thread's unsafe CUDA calls would break it,
-    not those of threads decoding beside it on streams of their own."""
-    with _CAPTURE_LOCK, torch.cuda.device(device):
+    calls of fn: capture only where running the step more than once is harmless."""
+    with torch.cuda.device(device):
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
@@ -85,6 +78,6 @@ def capture(fn: Callable, device: torch.device, pool=None, warmup: int = 2):
                 fn()
         torch.cuda.current_stream().wait_stream(side)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
+        with torch.cuda.graph(graph, pool=pool):
             outputs = fn()
     return graph, outputs
