@@ -26,12 +26,13 @@
 # main evaluation with the budget curve, the ablations, their evaluation, report-ablate, pack
 # into $W/pack. What is cut short by the device's time is what matters least; `pack` run by
 # hand packs whatever exists, and `follow S OUT` leaves the small results so far in OUT (`snap`).
-# GPUS: run k (of RUNS, or of ABL) trains on GPU k mod GPUS, its target and its trainer both
-# there; a GPU's runs go one after another. A run's own target costs its trainer nothing
-# measurable (0.21-0.23 s/step on one H200, pass 5, as with a GPU per trainer on an x4), while
-# two runs on a GPU are time-sliced (three runs on two GPUs: 0.63-0.69 s/step, pass 3). The
-# main evaluations, then the budget curve, run one at a time in the order given, each over all
-# GPUs (PROCS processes): the one that matters most is done first.
+# GPUS: run k (of RUNS, or of ABL in ABLATIONS' order) trains on GPU k mod GPUS, its target and
+# its trainer both there; a GPU's runs go one after another. A run's own target costs its
+# trainer nothing measurable (0.21-0.23 s/step on one H200, pass 5, as with a GPU per trainer on
+# an x4), while two runs on a GPU are time-sliced (three runs on two GPUs: 0.63-0.69 s/step,
+# pass 3). The main evaluations, then the budget curve, run one at a time in the order given,
+# each over all GPUs (PROCS processes): the one that matters most is done first; so do the
+# ablations' evaluations (ABL_PROCS processes).
 # Background phases run under setsid (they outlive the call that started them while the machine
 # stays warm: keep calls back to back, an idle machine is released after ~30 s); `wait` polls
 # them. Measured on two H200s (docs/ablations/tau_h200.md): regen 90-96 samples/s per GPU;
@@ -39,7 +40,8 @@
 # runs of 750 steps take ~9.5 min, ten 2.2 s/step); a trainer with a GPU of its own 0.21-0.23
 # s/step (pass 4, four H200s); evaluation with ~30 decoding processes 4.5-5.5 answers/s (128
 # tokens) in all, ~2.0-2.2 answers/s with 2 processes on one H200 (pass 5; 8 decoder threads in
-# one process were slower: the batch-1 decode loop is host-bound under the GIL); speed ~130-150 s.
+# one process were slower on a 64-item test, cause not isolated); speed ~130-150 s. Each
+# serving.evaluate call also spends ~17 s starting (pass 5).
 #
 # Every draft sees the same samples: the data are regenerated once by `splitserve.regenerate`
 # with the recipe's target settings (+recipe=smol_gpu: three sampling settings, answers up to
@@ -49,7 +51,8 @@
 # evaluation), LIMIT (items per benchmark), CURVE_LIMIT, TOKENS (new tokens per answer),
 # SPEED_LIMIT (GSM8K items of each timed single-stream run), EVAL_JOBS (the main evaluations,
 # draft-tT, run in that order; default: T=1 of each of RUNS, then greedy; "" for none), RUNS
-# (the main runs `train` starts), ABLATE and SPEED (0: the pipeline skips the ablations / the speed phase), CURVE (0:
+# (the main runs `train` starts), ABLATE and SPEED (0: the pipeline skips the ablations / the
+# SPS table and the speed phase), CURVE (0:
 # no budget curve), ABL (the ablations `ablate` runs), ABL_LIMIT and ABL_PROCS (items and
 # processes of each ablation evaluation), EXTRA (overrides added to every command, e.g. to shrink
 # it on CPU), REGEN_EXTRA (to regeneration only, e.g. a smaller prompt pool).
@@ -65,7 +68,7 @@ LIMIT=${LIMIT:-200}  # GSM8K 200 of its test set, MT-Bench all 80, HumanEval all
 TOKENS=${TOKENS:-128}
 CURVE_LIMIT=${CURVE_LIMIT:-100}  # GSM8K items per earlier DSpark checkpoint
 ABL_LIMIT=${ABL_LIMIT:-40}  # GSM8K and MT-Bench items per ablation job
-ABL_PROCS=${ABL_PROCS:-$GPUS}  # decoding processes per ablation evaluation
+ABL_PROCS=${ABL_PROCS:-$((2 * GPUS))}  # decoding processes per ablation evaluation
 SPEED_LIMIT=${SPEED_LIMIT:-25}
 ABLATE=${ABLATE:-1}  # 0: the pipeline leaves the ablations out
 SPEED=${SPEED:-1}    # 0: the pipeline leaves the speed phase out
@@ -260,14 +263,18 @@ eval-ablate)
   # every ablation job and the baseline, greedy, GSM8K and MT-Bench, into each run's own
   # eval/step-N-t0 (what serving.ablation_report reads)
   mkdir -p "$W/eval-ablate"
+  setsid nohup bash "$SELF" eval-ablate-fg > "$W/eval-ablate/chain.log" 2>&1 &
+  echo $! > "$W/eval-ablate/chain.pid"
+  echo "started: the baseline's and every ablation's evaluation, one after another"
+  ;;
+eval-ablate-fg)  # `eval-ablate`'s chain, each over ABL_PROCS processes
   for run in "$W/runs/dspark" "$W"/ablate/*/; do
     name=$(basename "$run")
-    setsid nohup $PY -m serving.evaluate --checkpoint "$run" --bench gsm8k,mtbench \
-      --limit $ABL_LIMIT --max-new-tokens $TOKENS --no-baseline --no-plot --procs $ABL_PROCS \
-      > "$W/eval-ablate/$name.log" 2>&1 &
-    echo $! > "$W/eval-ablate/$name.pid"
+    echo "### $(date +%T) $name"
+    $PY -m serving.evaluate --checkpoint "$run" --bench gsm8k,mtbench --limit $ABL_LIMIT \
+      --max-new-tokens $TOKENS --no-baseline --no-plot --procs $ABL_PROCS \
+      > "$W/eval-ablate/$name.log" 2>&1 || echo "### $(date +%T) $name failed"
   done
-  echo "started: $(ls "$W"/eval-ablate/*.pid | wc -l) evaluations"
   ;;
 report-ablate)
   out=${2:?report-ablate needs an output directory}
@@ -311,6 +318,7 @@ speed)
   CUDA_VISIBLE_DEVICES=0 $PY -m serving.profile_sps --checkpoint "$W/runs/dspark" \
     --out "$W/speed/sps.json" > "$W/speed/profile_sps_steps.log" 2>&1 || failed
   one dspark-threshold 0 dspark --scheduler threshold --sts "$W/speed/sts.json" & a=$!
+  [ "$GPUS" -gt 1 ] || { waitall $a || failed; }  # one GPU: timed runs one at a time
   one dspark-prefix $((1 % GPUS)) dspark --scheduler prefix --sps "$W/speed/sps.json" \
     --sts "$W/speed/sts.json" & b=$!
   waitall $a $b || failed
@@ -338,7 +346,7 @@ pipeline-fg)
   [ "$SPEED" = 1 ] && step bash "$SELF" speed
   step bash "$SELF" eval
   step bash "$SELF" wait eval 7200
-  if [ "$ABLATE" = 1 ]; then  # last: more runs at once do not train faster (time-slicing)
+  if [ "$ABLATE" = 1 ]; then  # last: they matter least
     step bash "$SELF" ablate
     step bash "$SELF" wait ablate 7200
     step bash "$SELF" eval-ablate

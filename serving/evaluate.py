@@ -17,7 +17,8 @@ first (CUDA-graph capture, allocations); graphs of longer contexts are still cap
 use inside the timing. `--no-baseline` skips target-only decoding (tau and acceptance only);
 `--procs N` decodes the items in N processes at once (GPUs round-robin) and adds up their sums:
 tau and acceptance are the same as one process's, speeds are not single-stream figures.
-`elapsed_s` and `answers_per_s` say how long the whole benchmark took (the slowest process).
+`elapsed_s` and `answers_per_s` say how long the benchmark's decoding took (the slowest process,
+warm-up included; start-up and model loading not).
 """
 
 from __future__ import annotations
@@ -124,8 +125,8 @@ def tally_bench(
 ) -> dict:
     """Decode every (index, item) speculatively and, unless --no-baseline, target-only (item i
     is seeded with --seed + i, so a shard decodes its items as the whole run would). Returns the
-    raw sums `report` needs, which add up across shards, and `elapsed_s`: the wall time of it all
-    (warm-up and target-only decoding included: what a whole evaluation costs)."""
+    raw sums `report` needs, which add up across shards, and `elapsed_s`: the wall time of the
+    decoding (warm-up and target-only decoding included; process start and model loading not)."""
     t0 = time.perf_counter()
     baseline = None
     if not args.no_baseline:
@@ -200,7 +201,7 @@ def report(sums: dict, gamma: int, scheduler: str, args) -> dict:
         "speculative": spec.speed(),
         "target_only": base.speed() if base is not None else None,
         "procs": args.procs,
-        # the whole benchmark's wall time (the longest shard) and answers (turns) per second
+        # the benchmark's decoding wall time (the longest shard) and answers (turns) per second
         "elapsed_s": sums["elapsed_s"],
         "answers_per_s": sums["turns"] / sums["elapsed_s"],
     }
