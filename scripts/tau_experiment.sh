@@ -107,6 +107,23 @@ ABLATIONS=(rope_partial:draft.rope=partial rope_interleaved:draft.rope=interleav
   layers1:draft.num_layers=1 layers2:draft.num_layers=2 layers5:draft.num_layers=5 # 3
   block16:draft.block_size=16)                                                    # 7
 
+detach() {  # name (W/name.log and W/name.pid), then a subcommand of this script: run it under
+  # setsid in the background (it outlives the calling device command), its pid kept for `wait`
+  local name=$1
+  shift
+  setsid nohup bash "$SELF" "$@" > "$W/$name.log" 2>&1 &
+  echo $! > "$W/$name.pid"
+}
+
+evaluate_one() {  # log name (W/name.log), then serving.evaluate's flags: one evaluation, in the
+  # foreground (the chains run them one after another); a failure is logged, the chain goes on
+  local name=$1
+  shift
+  echo "### $(date +%T) $name"
+  $PY -m serving.evaluate --no-baseline --no-plot --max-new-tokens $TOKENS "$@" \
+    > "$W/$name.log" 2>&1 || echo "### $(date +%T) $name failed"
+}
+
 launch() {  # group, name, GPU, port base, overrides: a run on one GPU, in the background
   local group=$1 name=$2 gpu=$3 port=$4
   shift 4
@@ -143,8 +160,7 @@ start_lanes() {  # runs | ablate: one background lane per GPU that has runs (`la
   n=$(jobs_of "$group" | wc -l)
   for g in $(seq 0 $((GPUS - 1))); do
     [ "$g" -lt "$n" ] || break
-    setsid nohup bash "$SELF" lane "$group" "$g" > "$W/$group/lane$g.log" 2>&1 &
-    echo $! > "$W/$group/lane$g.pid"
+    detach "$group/lane$g" lane "$group" "$g"
   done
   echo "started: $n runs of $STEPS steps x $MICRO samples on $((n < GPUS ? n : GPUS)) GPUs" \
     "(run k on GPU k mod $GPUS, a GPU's runs one after another)"
@@ -153,8 +169,7 @@ start_lanes() {  # runs | ablate: one background lane per GPU that has runs (`la
 case "${1:-}" in
 regen)  # in the background: `wait regen S` polls it
   mkdir -p "$W/regen"
-  setsid nohup bash "$SELF" regen-fg > "$W/regen/regen.log" 2>&1 &
-  echo $! > "$W/regen/regen.pid"
+  detach regen/regen regen-fg
   echo "started: $REGEN_SAMPLES samples over $GPUS GPUs"
   ;;
 regen-fg)
@@ -236,44 +251,34 @@ eval)
     [[ $job =~ ^(dspark|dflash|eagle3)-t[0-9.]+$ ]] ||
       { echo "error: EVAL_JOBS: $job is not <dspark|dflash|eagle3>-t<temperature>"; exit 1; }
   done
-  setsid nohup bash "$SELF" eval-fg > "$W/eval/chain.log" 2>&1 &
-  echo $! > "$W/eval/chain.pid"
+  detach eval/chain eval-fg
   echo "started: the evaluations one after another ($EVAL_JOBS, then the budget curve)"
   ;;
 eval-fg)  # `eval`'s chain: each main evaluation over all GPUs, then DSpark's budget curve
-  one_eval() {  # name, then serving.evaluate's flags
-    local name=$1
-    shift
-    echo "### $(date +%T) $name"
-    $PY -m serving.evaluate --no-baseline --no-plot --max-new-tokens $TOKENS --procs $PROCS \
-      --out "$W/eval/$name" "$@" > "$W/eval/$name.log" 2>&1 || echo "### $(date +%T) $name failed"
-  }
   for job in $EVAL_JOBS; do
-    one_eval "$job" --checkpoint "$W/runs/${job%-t*}" --temperature ${job##*-t} \
-      --bench gsm8k,mtbench,humaneval --limit $LIMIT
+    evaluate_one "eval/$job" --out "$W/eval/$job" --checkpoint "$W/runs/${job%-t*}" \
+      --temperature ${job##*-t} --bench gsm8k,mtbench,humaneval --limit $LIMIT --procs $PROCS
   done
   # the budget curve: DSpark's earlier checkpoints on GSM8K, greedy (the last one is dspark-t0)
   ckpts=("$W"/runs/dspark/checkpoints/step-*)
   [ "$CURVE" = 1 ] || ckpts=()
   for c in "${ckpts[@]:0:${#ckpts[@]}-1}"; do
-    one_eval "curve-$(basename "$c")" --checkpoint "$c" --bench gsm8k --limit $CURVE_LIMIT
+    name=curve-$(basename "$c")
+    evaluate_one "eval/$name" --out "$W/eval/$name" --checkpoint "$c" --bench gsm8k \
+      --limit $CURVE_LIMIT --procs $PROCS
   done
   ;;
 eval-ablate)
   # every ablation job and the baseline, greedy, GSM8K and MT-Bench, into each run's own
   # eval/step-N-t0 (what serving.ablation_report reads)
   mkdir -p "$W/eval-ablate"
-  setsid nohup bash "$SELF" eval-ablate-fg > "$W/eval-ablate/chain.log" 2>&1 &
-  echo $! > "$W/eval-ablate/chain.pid"
+  detach eval-ablate/chain eval-ablate-fg
   echo "started: the baseline's and every ablation's evaluation, one after another"
   ;;
 eval-ablate-fg)  # `eval-ablate`'s chain, each over ABL_PROCS processes
   for run in "$W/runs/dspark" "$W"/ablate/*/; do
-    name=$(basename "$run")
-    echo "### $(date +%T) $name"
-    $PY -m serving.evaluate --checkpoint "$run" --bench gsm8k,mtbench --limit $ABL_LIMIT \
-      --max-new-tokens $TOKENS --no-baseline --no-plot --procs $ABL_PROCS \
-      > "$W/eval-ablate/$name.log" 2>&1 || echo "### $(date +%T) $name failed"
+    evaluate_one "eval-ablate/$(basename "$run")" --checkpoint "$run" --bench gsm8k,mtbench \
+      --limit $ABL_LIMIT --procs $ABL_PROCS
   done
   ;;
 report-ablate)
@@ -331,8 +336,7 @@ sps)  # the target's verify step rate by width on an idle GPU (SGLang's kind of 
   ;;
 pipeline)
   mkdir -p "$W"
-  setsid nohup bash "$SELF" pipeline-fg > "$W/pipeline.log" 2>&1 &
-  echo $! > "$W/pipeline.pid"
+  detach pipeline pipeline-fg
   echo "started: the whole experiment ($SAMPLES samples per run); follow it with: follow S"
   ;;
 pipeline-fg)

@@ -443,7 +443,7 @@ def test_evaluate_over_processes_adds_up_to_one_process(dspark_ckpt, tmp_path, c
         assert one["speculative"]["steps"] == two["speculative"]["steps"]
         assert two["target_only"] is None and two["speedup"] is None
         assert "identical_to_target_only" not in two and "timing_note" in two
-        for r in (one, two):  # how long the whole benchmark took, and its rate
+        for r in (one, two):  # how long the benchmark's decoding took, and its rate
             assert r["elapsed_s"] > 0
             assert r["answers_per_s"] == pytest.approx(r["turns"] / r["elapsed_s"])
     assert one["turns"] == 6  # MT-Bench: both turns of 3 questions
