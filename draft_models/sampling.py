@@ -27,8 +27,23 @@ def pick_counted(logits: torch.Tensor, temperature: float, seed: torch.Tensor, c
     if temperature == 0:
         return logits.argmax(-1, keepdim=True), None
     scaled = logits.double() / temperature
-    gumbel = -torch.log(-torch.log(counter_uniform(seed, count, logits.shape[-1])[0].double()))
+    gumbel = counter_gumbel(seed, count, logits.shape[-1])[0]
     return (scaled + gumbel).argmax(-1, keepdim=True), torch.softmax(scaled, -1)
+
+
+def draw_counted(weights: torch.Tensor, seed: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
+    """A token [1] drawn from weights [V] (non-negative, any positive sum: no normalizing) by a
+    Gumbel-max over counter noise of (seed [1], count [1]): argmax(log w + Gumbel) ~ w / sum(w)."""
+    noise = counter_gumbel(seed, count, weights.shape[-1])[0]
+    return (torch.log(weights.double()) + noise).argmax(-1, keepdim=True)
+
+
+def counter_gumbel(
+    seed: torch.Tensor, count: torch.Tensor, vocab: int, dtype: torch.dtype = torch.float64
+) -> torch.Tensor:
+    """Standard Gumbel noise [B, vocab] in `dtype`, a pure function of (seed [B], count [B],
+    column)."""
+    return -torch.log(-torch.log(counter_uniform(seed, count, vocab).to(dtype)))
 
 
 def counter_uniform(seed: torch.Tensor, pos: torch.Tensor, vocab: int) -> torch.Tensor:

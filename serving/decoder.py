@@ -7,24 +7,24 @@ be accepted; the target verifies the anchor and the drafts in one forward; the l
 prefix plus one bonus token is emitted; the target engine forgets the rejected tokens and the
 draft's context grows by the committed positions only.
 
-Lossless: greedy accepts a draft token only if it equals the target's argmax, and the bonus is
-the target's argmax, so the output is the target's greedy decoding; with temperature, draft token
-d ~ q is accepted with probability min(1, p(d) / q(d)) and a rejection resamples from
-norm(max(0, p - q)), the bonus from p, which leaves the target's distribution exactly.
+Lossless: serving.acceptance (the target's greedy decoding at temperature 0, its distribution
+exactly with temperature; the draws are counter noise of the request's seed).
 
 The target runs in an engine (splitserve.target.runtime): eager (transformers with a cropped
 DynamicCache; linear-attention (KDA) layers stage each verified position's state and commit the
 accepted one) or static (a static KV cache with one CUDA graph per verify width and cache-length
-bucket on a GPU). Beside a graphed target, a proposer with static state (DSpark, DFlash,
-EAGLE-3) is kept across requests and its proposal replays one CUDA graph per temperature
-(GraphedProposal); its sampling draws counter noise of the request's seed, so a graph replays it
-too.
+bucket on a GPU). A step runs one of two ways:
+- fused (serving.fused_step): on the static engine with a proposer with static state (DSpark,
+  DFlash, EAGLE-3) or none, when the verify width is known on the host (the fixed schedule, or a
+  single verify width): the whole step over device state, one CUDA graph per (width, bucket,
+  temperature) on a GPU; one replay and one host read (the emitted tokens) per step.
+- split (any engine, any proposer, confidence schedules over several widths): proposal, verify,
+  acceptance and commit one after another; beside a graphed target a static-state proposer's
+  proposal replays its own graph per temperature (GraphedProposal), and a confidence schedule
+  reads the scheduled length once to pick the verify width (a graph has one shape).
+With a graphed target the static-state proposer (and its fused step) is kept across requests.
 Step shape: the draft always proposes gamma tokens; the verify input is padded to one of
-`verify_widths` (padding = the remaining draft tokens, masked out of acceptance and forgotten);
-the schedule, the acceptance count and the bonus token stay device tensors. With a single verify
-width or the fixed schedule the only host read of a step is the emitted tokens; a confidence
-schedule with several widths reads the scheduled length once to pick the width, as a
-graph-bucket choice must.
+`verify_widths` (padding = the remaining draft tokens, masked out of acceptance and forgotten).
 """
 
 from __future__ import annotations
@@ -34,10 +34,13 @@ from dataclasses import dataclass, field
 
 import torch
 
-from draft_models import get_arch, pick
+from draft_models import get_arch
+from draft_models.sampling import pick_counted
 from splitserve.target.runtime import make_engine
 from splitserve.target.runtime.graphs import capture
 
+from .acceptance import NOISE_PER_BLOCK, accept_block
+from .fused_step import FusedStep, StepState
 from .scheduler import SchedulerConfig, fixed_length, single_request_length
 
 MAX_LEN = 4096  # positions one request may use by default (the static cache's length)
@@ -59,43 +62,6 @@ class DecodeResult:
     @property
     def steps(self) -> int:
         return len(self.accept_lengths)
-
-
-def accept_block(
-    drafts: torch.Tensor,
-    dists: torch.Tensor | None,
-    logits: torch.Tensor,
-    n_verify: torch.Tensor,
-    temperature: float,
-    generator,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """(accepted count, tokens [W]) for drafts [W-1], target logits [W, V], all on one device;
-    only drafts[:n_verify] may be accepted. tokens[:accepted] are the accepted drafts and
-    tokens[accepted] the bonus (resampled from the residual after a rejection)."""
-    w = logits.shape[0]
-    if w == 1:  # nothing to verify: the bonus alone
-        return torch.zeros((), dtype=torch.long, device=logits.device), pick(
-            logits[0], temperature, generator
-        )[0]
-    allowed = torch.arange(w - 1, device=logits.device) < n_verify
-    if temperature == 0:
-        target_tokens = logits.argmax(-1)
-        ok = (drafts == target_tokens[:-1]) & allowed
-        accepted = torch.cumprod(ok.long(), 0).sum()
-        bonus = target_tokens[accepted]
-    else:
-        p = torch.softmax(logits.double() / temperature, -1)
-        rows = torch.arange(w - 1, device=logits.device)
-        ratio = p[rows, drafts] / dists[rows, drafts]
-        u = torch.rand(w - 1, generator=generator, dtype=torch.float64, device=logits.device)
-        accepted = torch.cumprod(((u < ratio) & allowed).long(), 0).sum()
-        residual = torch.cat((torch.clamp(p[:-1] - dists, min=0), p.new_zeros(1, p.shape[1])))
-        rejected = accepted < n_verify
-        dist = torch.where(rejected, residual[accepted], p[accepted])
-        bonus = torch.multinomial(dist / dist.sum(), 1, generator=generator)[0]
-    slots = torch.arange(w, device=logits.device)
-    tokens = torch.where(slots < accepted, torch.cat((drafts, drafts[:1])), bonus)
-    return accepted, tokens
 
 
 def make_proposer(draft, gamma: int, sts: torch.Tensor, capacity: int):
@@ -201,11 +167,15 @@ class SpeculativeDecoder:
         )
         # with a graphed target the proposer is kept across requests and its proposal graphed
         self.kept_proposer = self.graphed_proposal = None
+        self.state = StepState.on(self.device)
+        self.fused: FusedStep | None = None  # kept beside a kept proposer (or target-only)
 
-    def _width_for(self, n_verify: torch.Tensor, budget: int) -> int:
+    def _width_for(self, n_verify: torch.Tensor | None, budget: int) -> int:
         """The verify width of a step: the smallest tier holding anchor + scheduled drafts. A
         fixed schedule's length is known on the host; a confidence schedule's is read from the
         device (the one host read a multi-width step makes, before the verify is launched)."""
+        if self.draft is None:
+            return 1
         if len(self.verify_widths) == 1:
             return self.verify_widths[0]
         if self.scheduler.mode == "fixed":
@@ -240,66 +210,106 @@ class SpeculativeDecoder:
     def _generate(
         self, prompt_ids, max_new_tokens, temperature, eos_token_id, seed, record_confidence
     ) -> DecodeResult:
-        generator = torch.Generator(self.device).manual_seed(seed) if temperature > 0 else None
-        engine = self.engine
+        s, engine = self.state, self.engine
+        s.reset(seed)
         prompt = torch.tensor(prompt_ids, device=self.device)
         logits, feats = engine.forward(prompt, 0)
-        anchor, _ = pick(logits[-1], temperature, generator)
+        anchor, _ = pick_counted(logits[-1], temperature, s.seed, s.draws)
+        s.draws.add_(1)
+        s.anchor.copy_(anchor)
+        pos = len(prompt_ids)  # position of the anchor (not yet in the target cache)
+        s.pos.fill_(pos)
+        s.remaining.fill_(max_new_tokens - 1)
         proposer = propose = None
         if self.draft is not None:
-            proposer, propose = self._proposer(
-                len(prompt_ids) + max_new_tokens + self.gamma + 1, seed
-            )
+            proposer, propose = self._proposer(pos + max_new_tokens + self.gamma + 1, seed)
             propose = propose or proposer.propose
             proposer.commit(feats, prompt, 0)
+        fused = self._fused_step(proposer)
+        generator = None
+        if fused is None and temperature > 0:  # for a proposer without static state
+            generator = torch.Generator(self.device).manual_seed(seed)
         out = DecodeResult(token_ids=[int(anchor)])
-        pos = len(prompt_ids)  # position of the anchor (not yet in the target cache)
         while len(out.token_ids) < max_new_tokens and out.token_ids[-1] != eos_token_id:
             budget = max_new_tokens - len(out.token_ids)
-            if proposer is not None:
-                drafts, dists, survival = propose(anchor, pos, temperature, generator)
-                n_verify = torch.clamp(
-                    single_request_length(survival, self.scheduler, self.sps_by_width), max=budget
-                )
+            if fused is not None:
+                width = self._width_for(None, budget)
+                packed = fused(width, engine.extent_for(pos + width), temperature).tolist()
+                confidence = fused.confidence
             else:
-                drafts, dists, n_verify = (
-                    anchor[:0],
-                    None,
-                    torch.zeros((), dtype=torch.long, device=self.device),
+                packed, width = self._split_step(
+                    proposer, propose, pos, budget, temperature, generator
                 )
-            width = self._width_for(n_verify, budget) if proposer is not None else 1
-            logits, feats = engine.forward(torch.cat((anchor, drafts[: width - 1])), pos)
-            accepted, tokens = accept_block(
-                drafts[: width - 1],
-                None if dists is None else dists[: width - 1],
-                logits,
-                n_verify,
-                temperature,
-                generator,
-            )
-            # the host read
-            packed = torch.cat((accepted.view(1), n_verify.view(1).to(accepted), tokens)).tolist()
+                confidence = getattr(proposer, "confidence_logits", None)
+            # packed: the step's one host read
             n_acc, n_ver, emitted = packed[0], packed[1], packed[2 : 3 + packed[0]]
             if eos_token_id is not None and eos_token_id in emitted:
                 emitted = emitted[: emitted.index(eos_token_id) + 1]
-            engine.accept(width, n_acc)  # forget rejected drafts and padding
-            if proposer is not None:
-                proposer.commit(feats[: n_acc + 1], torch.cat((anchor, drafts[:n_acc])), pos)
             out.token_ids += emitted
             out.accept_lengths.append(len(emitted))
             out.verified.append(n_ver)
             out.accepted.append(n_acc)
             out.widths.append(width)
-            if (
-                record_confidence
-                and proposer is not None
-                and proposer.confidence_logits is not None
-            ):
-                out.confidence_logits.append(proposer.confidence_logits.tolist())
+            if record_confidence and confidence is not None:
+                out.confidence_logits.append(confidence.tolist())
             pos += n_acc + 1
-            anchor = tokens[n_acc : n_acc + 1]
         out.token_ids = out.token_ids[:max_new_tokens]
         return out
+
+    def _split_step(self, proposer, propose, pos, budget, temperature, generator):
+        """One step piece by piece (any engine, any proposer): (packed as FusedStep's, read to
+        the host, width). The target and the proposal may each replay their own graph."""
+        s = self.state
+        if proposer is not None:
+            drafts, dists, survival = propose(s.anchor, pos, temperature, generator)
+            n_verify = torch.clamp(
+                single_request_length(survival, self.scheduler, self.sps_by_width), max=budget
+            )
+            width = self._width_for(n_verify, budget)
+        else:
+            drafts, dists, width = s.anchor[:0], None, 1
+            n_verify = torch.zeros((), dtype=torch.long, device=self.device)
+        ids = torch.cat((s.anchor, drafts[: width - 1]))
+        logits, feats = self.engine.forward(ids, pos)
+        accepted, tokens = accept_block(
+            drafts[: width - 1],
+            None if dists is None else dists[: width - 1],
+            logits,
+            n_verify,
+            temperature,
+            s.seed,
+            s.draws,
+        )
+        packed = torch.cat((accepted.view(1), n_verify.view(1).to(accepted), tokens)).tolist()
+        n_acc = packed[0]
+        self.engine.accept(width, n_acc)  # forget rejected drafts and padding
+        if proposer is not None:
+            proposer.commit(feats[: n_acc + 1], ids[: n_acc + 1], pos)
+        s.draws.add_(NOISE_PER_BLOCK)
+        s.anchor.copy_(tokens[n_acc : n_acc + 1])
+        return packed, width
+
+    def _fused_step(self, proposer) -> FusedStep | None:
+        """The fused step over `proposer` (None: target-only) where one applies (see
+        serving.fused_step): kept, with its graphs, beside a kept proposer on a GPU; built per
+        request (eager) otherwise."""
+        host_width = len(self.verify_widths) == 1 or self.scheduler.mode == "fixed"
+        static = proposer is None or getattr(proposer, "static_state", False)
+        if not (hasattr(self.engine, "block") and host_width and static):
+            return None
+        graphs = self.engine.graphs
+        if graphs and self.fused is not None and self.fused.proposer is proposer:
+            return self.fused
+        fused = FusedStep(
+            self.engine,
+            proposer,
+            self.state,
+            lambda survival: single_request_length(survival, self.scheduler, self.sps_by_width),
+            graphs,
+        )
+        if graphs:
+            self.fused = fused
+        return fused
 
     def _proposer(self, need: int, seed: int = 0):
         """(proposer, graphed proposal or None) for a request of `need` positions, its draws

@@ -4,7 +4,7 @@ graph replay must give exactly what the eager call gives."""
 
 import pytest
 import torch
-from test_decoder import DRAFT_KINDS, draft_for, reference_greedy, tiny_target
+from test_decoder import DRAFT_KINDS, MODES, draft_for, reference_greedy, tiny_target
 
 from serving.decoder import GraphedProposal, SpeculativeDecoder, make_proposer
 from splitserve.target.runtime import StaticEngine
@@ -69,4 +69,34 @@ def test_graphed_speculative_decoding_is_lossless(arch):
     for prompt in ([3, 9, 27, 81], [5, 17, 42, 8, 3, 1, 1]):
         res = dec.generate(prompt, 40)
         assert res.token_ids == reference_greedy(on_cpu, prompt, 40)
-    assert dec.graphed_proposal is not None and dec.graphed_proposal.graphs
+    assert dec.fused is not None and dec.fused.graphs  # the fixed schedule: the fused step
+
+
+@pytest.mark.parametrize("arch,mode", [("dspark", 0), ("eagle3", 0), ("dspark", 1)])
+def test_graphed_decoding_equals_eager_decoding(arch, mode):
+    """Graphed decoding (the fused step for the fixed schedule; the split step with a graphed
+    proposal for the threshold schedule) against the same decoder with the engine's graphs off
+    (the fused step then runs eagerly), greedy and at temperature 1, over two cache-length
+    buckets: the same tokens and acceptance counts."""
+    target = tiny_target().to(CUDA)
+    draft = draft_for(target, **DRAFT_KINDS[arch]).to(CUDA)
+    graphed, eager = (
+        SpeculativeDecoder(target, draft, scheduler=MODES[mode], runtime="static", max_len=600)
+        for _ in range(2)
+    )
+    eager.engine = StaticEngine(
+        target, draft.cfg.target_layer_ids, max_len=600, widths=eager.verify_widths, graphs=False
+    )
+    for seed, (prompt, n) in enumerate((([3, 9, 27, 81], 300), ([5, 17, 42, 8, 3, 1, 1], 40))):
+        for temperature in (0.0, 1.0):
+            a, b = (
+                d.generate(prompt, n, temperature=temperature, seed=seed) for d in (graphed, eager)
+            )
+            assert a.token_ids == b.token_ids
+            assert a.accepted == b.accepted and a.widths == b.widths
+    assert eager.fused is None
+    if mode == 0:
+        assert {key[1] for key in graphed.fused.graphs} == {256, 512}
+        assert {key[2] for key in graphed.fused.graphs} == {0.0, 1.0}
+    else:
+        assert graphed.fused is None and set(graphed.graphed_proposal.graphs) == {0.0, 1.0}

@@ -106,7 +106,11 @@ class DSparkProposer:
     and sampling draws counter noise of (the request's seed, a draw counter on the device) rather
     than a torch.Generator's stream; so `step(temperature)` has fixed shapes and addresses, and
     the decoder can capture it in a CUDA graph once per temperature and replay it for every block
-    of every request (`reset(seed)` between requests)."""
+    of every request (`reset(seed)` between requests). A static-state proposer's `commit` also
+    takes `start` as a device tensor [1] and a whole verify block of which only positions up to
+    `start + last` (a device 0-d tensor) are kept: the decoder's fused step commits that way
+    without reading the acceptance count, and `step_state()` lists what a step changes besides
+    position-indexed buffers."""
 
     static_state = True
 
@@ -125,24 +129,29 @@ class DSparkProposer:
         self.pos_in = torch.zeros(1, dtype=torch.long, device=self.device)
         self.seed_in = torch.zeros(1, dtype=torch.long, device=self.device)
         self.draws = torch.zeros(1, dtype=torch.long, device=self.device)  # sampling counter
-        self.length = 0
         self.confidence_logits: torch.Tensor | None = None  # raw logits [gamma], last proposal
 
     def reset(self, seed: int = 0) -> None:
         """A new request: stale keys sit at positions its anchors cannot see until overwritten;
         its draws are counter noise of `seed`."""
-        self.length = 0
         self.confidence_logits = None
         self.seed_in.fill_(seed)
         self.draws.zero_()
 
-    def commit(self, feats: torch.Tensor, tokens: torch.Tensor, start: int) -> None:
-        """Add committed positions start..start+n-1 (features [n, m*H]; tokens unused by DSpark)."""
+    def commit(
+        self,
+        feats: torch.Tensor,
+        tokens: torch.Tensor,
+        start: int | torch.Tensor,
+        last: torch.Tensor | None = None,
+    ) -> None:
+        """Add positions start..start+n-1 (features [n, m*H]; tokens and `last` unused by DSpark:
+        the keys of positions past the last kept one are invisible until overwritten)."""
         d, n = self.draft, feats.shape[0]
-        if start + n > self.capacity:
+        if isinstance(start, int) and start + n > self.capacity:
             raise ValueError(f"position {start + n - 1} is past the proposer's {self.capacity}")
-        states = d.hidden_norm(d.fuse_context(feats))
-        new = d.context_kv(states, torch.arange(start, start + n, device=feats.device))
+        pos = start + torch.arange(n, device=feats.device)
+        new = d.context_kv(d.hidden_norm(d.fuse_context(feats)), pos)
         if self.ctx_kv is None:
             self.ctx_kv = [
                 (
@@ -152,9 +161,13 @@ class DSparkProposer:
                 for k, v in new
             ]
         for (k_buf, v_buf), (k, v) in zip(self.ctx_kv, new, strict=True):
-            k_buf[start : start + n] = k
-            v_buf[start : start + n] = v
-        self.length = start + n
+            k_buf.index_copy_(0, pos, k)
+            v_buf.index_copy_(0, pos, v)
+
+    def step_state(self) -> list[torch.Tensor]:
+        """What a decode step changes besides position-indexed buffers (a graph capture saves
+        and restores it around its warm-up runs)."""
+        return [self.draws]
 
     def propose(self, anchor: torch.Tensor, pos: int, temperature: float, generator=None):
         """`generator` is unused: draws are counter noise (see the class docstring)."""

@@ -121,29 +121,40 @@ class Eagle3Proposer:
         self.pos_in = torch.zeros(1, dtype=torch.long, device=p.device)
         self.seed_in = torch.zeros(1, dtype=torch.long, device=p.device)
         self.draws = torch.zeros(1, dtype=torch.long, device=p.device)  # sampling counter
-        self.length = 0
         self.confidence_logits = None  # EAGLE-3 has no confidence head
 
     def reset(self, seed: int = 0) -> None:
         """A new request: stale keys sit past its positions until overwritten; its draws are
         counter noise of `seed`."""
-        self.length = 0
         self.last_feature.zero_()
         self.seed_in.fill_(seed)
         self.draws.zero_()
 
-    def commit(self, feats: torch.Tensor, tokens: torch.Tensor, start: int) -> None:
+    def commit(
+        self,
+        feats: torch.Tensor,
+        tokens: torch.Tensor,
+        start: int | torch.Tensor,
+        last: torch.Tensor | None = None,
+    ) -> None:
+        """Positions start..start+n-1; the next chain starts from the feature of position
+        start + last (default the last one: `last` is a device 0-d tensor when the fused step
+        commits a whole verify block; the keys past it are invisible until overwritten)."""
         d, n = self.draft, feats.shape[0]
-        if start + n > self.capacity:
+        if isinstance(start, int) and start + n > self.capacity:
             raise ValueError(f"position {start + n - 1} is past the proposer's {self.capacity}")
         g = d.fuse_context(feats)
         g_prev = torch.cat((self.last_feature, g[:-1]))
-        pos = torch.arange(start, start + n, device=feats.device)
+        pos = start + torch.arange(n, device=feats.device)
         k, v = d.self_attn.kv(d._layer_input(tokens, g_prev), pos)
-        self.keys[start : start + n] = k
-        self.values[start : start + n] = v
-        self.last_feature.copy_(g[-1:])  # in place: a graphed proposal reads this buffer
-        self.length = start + n
+        self.keys.index_copy_(0, pos, k)
+        self.values.index_copy_(0, pos, v)
+        kept = g[-1:] if last is None else g.index_select(0, last.view(1))
+        self.last_feature.copy_(kept)  # in place: a graphed proposal reads this buffer
+
+    def step_state(self) -> list[torch.Tensor]:
+        """What a decode step changes besides position-indexed buffers (see DSparkProposer)."""
+        return [self.draws, self.last_feature]
 
     def propose(self, anchor: torch.Tensor, pos: int, temperature: float, generator=None):
         """`generator` is unused: draws are counter noise (see the class docstring)."""

@@ -10,7 +10,9 @@ block), and `accept(width, accepted)` after a verify step, which keeps the ancho
   each step, capture hooks, and the per-position staging of linear-attention state.
 - `StaticEngine` (Llama-family targets, `static_llama.StaticLlama`): a static KV cache, one CUDA
   graph per (verify width, cache-length bucket) on a GPU (eager on CPU, same code), features
-  returned by the step itself; forgetting rejected drafts costs nothing (see StaticLlama).
+  returned by the step itself; forgetting rejected drafts costs nothing (see StaticLlama). Its
+  `block(ids, start, extent)` takes the position as a device tensor and is never graphed itself,
+  for the decoder's fused step, which graphs the whole decode step.
 `make_engine(model, layer_ids, runtime)` picks one: `static` where the target is supported,
 `eager` otherwise; `auto` = static on a GPU for supported targets, else eager.
 """
@@ -149,8 +151,18 @@ class StaticEngine:
         if end > self.max_len:
             raise ValueError(f"positions up to {end - 1}; the static cache holds {self.max_len}")
         pos = torch.arange(start, end, device=self.device)[None]
-        extent = next(b for b in self.buckets if b >= end)
-        return self.step(ids[None], pos, extent)
+        return self.step(ids[None], pos, self.extent_for(end))
+
+    def extent_for(self, end: int) -> int:
+        """The cache-length bucket a step writing positions below `end` attends over."""
+        return next(b for b in self.buckets if b >= end)
+
+    def block(self, ids: torch.Tensor, start: torch.Tensor, extent: int):
+        """`forward` of ids [n] at positions start.. with `start` a device tensor [1], never
+        graphed here: the call of a caller that captures a larger step in its own graph (the
+        decoder's fused step), which checks positions and picks `extent` on the host."""
+        pos = start + torch.arange(ids.shape[0], device=self.device)
+        return self.step.graph_fn(ids[None], pos[None], extent)
 
     def accept(self, width: int, accepted: int) -> None:
         pass  # the next step overwrites the rejected positions before any query sees them

@@ -66,16 +66,22 @@ class GraphedStep:
         return _Graph(graph, static_ids, static_pos, outputs)
 
 
-def capture(fn: Callable, device: torch.device, pool=None, warmup: int = 2):
+def capture(fn: Callable, device: torch.device, pool=None, warmup: int = 2, before=None):
     """(graph, outputs) of `fn()` captured on `device` after `warmup` eager runs on a
     side stream (torch's requirement; a compiled fn compiles there). The warm-up runs are real
-    calls of fn: capture only where running the step more than once is harmless."""
+    calls of fn: capture only where running the step more than once is harmless, or pass
+    `before`, called (uncaptured) before each warm-up run and before the capture, to restore
+    what a run changes."""
     with torch.cuda.device(device):
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
             for _ in range(warmup):
+                if before is not None:
+                    before()
                 fn()
+            if before is not None:
+                before()
         torch.cuda.current_stream().wait_stream(side)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=pool):

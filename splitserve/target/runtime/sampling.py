@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from draft_models.sampling import counter_uniform
+from draft_models.sampling import counter_gumbel
 
 
 def sample_rows(
@@ -35,6 +35,6 @@ def sample_rows(
         before = probs.cumsum(-1) - probs  # mass of the more likely tokens
         ordered = ordered.masked_fill(before > top_p[:, None], float("-inf"))
         scaled = torch.empty_like(scaled).scatter_(-1, order, ordered)
-    gumbel = -torch.log(-torch.log(counter_uniform(seed, pos, logits.shape[-1])))
+    gumbel = counter_gumbel(seed, pos, logits.shape[-1], torch.float32)
     drawn = (scaled + gumbel).argmax(-1)
     return torch.where(temperature > 0, drawn, logits.argmax(-1))
