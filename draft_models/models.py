@@ -96,3 +96,14 @@ def build_draft(cfg: DraftConfig, target: TargetSpec, target_head: FrozenTargetH
             f"vocab_size={target.vocab_size}"
         )
     return get_arch(resolved.arch).model(resolved, target_head)
+
+
+def commit_positions(
+    start: int | torch.Tensor, n: int, capacity: int, device: torch.device
+) -> torch.Tensor:
+    """Positions [n] a static-state proposer's commit writes: start.. with `start` a host int
+    (checked against the buffers' `capacity`) or a device tensor [1] (the fused step's, which
+    the decoder checks on the host)."""
+    if isinstance(start, int) and start + n > capacity:
+        raise ValueError(f"position {start + n - 1} is past the proposer's {capacity}")
+    return start + torch.arange(n, device=device)

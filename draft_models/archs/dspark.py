@@ -13,7 +13,7 @@ from ..config import DraftConfig, TargetSpec
 from ..heads import SEQUENTIAL_HEAD_CLASSES, ConfidenceHead, FrozenTargetHead
 from ..layers import InjectedDecoderLayer
 from ..losses import draft_loss
-from ..models import DraftModel, DraftOutput, init_weights
+from ..models import DraftModel, DraftOutput, commit_positions, init_weights
 from ..packed_attention import AttentionPlan, TokenIndex
 from ..packing import PackedBatch
 from ..registry import DraftArch, register_arch
@@ -147,10 +147,8 @@ class DSparkProposer:
     ) -> None:
         """Add positions start..start+n-1 (features [n, m*H]; tokens and `last` unused by DSpark:
         the keys of positions past the last kept one are invisible until overwritten)."""
-        d, n = self.draft, feats.shape[0]
-        if isinstance(start, int) and start + n > self.capacity:
-            raise ValueError(f"position {start + n - 1} is past the proposer's {self.capacity}")
-        pos = start + torch.arange(n, device=feats.device)
+        d = self.draft
+        pos = commit_positions(start, feats.shape[0], self.capacity, feats.device)
         new = d.context_kv(d.hidden_norm(d.fuse_context(feats)), pos)
         if self.ctx_kv is None:
             self.ctx_kv = [

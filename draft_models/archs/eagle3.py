@@ -11,7 +11,7 @@ from ..config import DraftConfig, bad_value
 from ..heads import FrozenTargetHead
 from ..layers import MLP, Qwen3Attention
 from ..losses import draft_loss
-from ..models import DraftModel, DraftOutput, init_weights
+from ..models import DraftModel, DraftOutput, commit_positions, init_weights
 from ..packed_attention import AttentionPlan, TokenIndex
 from ..packing import PackedBatch
 from ..registry import DraftArch, register_arch
@@ -140,12 +140,10 @@ class Eagle3Proposer:
         """Positions start..start+n-1; the next chain starts from the feature of position
         start + last (default the last one: `last` is a device 0-d tensor when the fused step
         commits a whole verify block; the keys past it are invisible until overwritten)."""
-        d, n = self.draft, feats.shape[0]
-        if isinstance(start, int) and start + n > self.capacity:
-            raise ValueError(f"position {start + n - 1} is past the proposer's {self.capacity}")
+        d = self.draft
+        pos = commit_positions(start, feats.shape[0], self.capacity, feats.device)
         g = d.fuse_context(feats)
         g_prev = torch.cat((self.last_feature, g[:-1]))
-        pos = start + torch.arange(n, device=feats.device)
         k, v = d.self_attn.kv(d._layer_input(tokens, g_prev), pos)
         self.keys.index_copy_(0, pos, k)
         self.values.index_copy_(0, pos, v)
