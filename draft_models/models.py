@@ -102,8 +102,9 @@ def commit_positions(
     start: int | torch.Tensor, n: int, capacity: int, device: torch.device
 ) -> torch.Tensor:
     """Positions [n] a static-state proposer's commit writes: start.. with `start` a host int
-    (checked against the buffers' `capacity`) or a device tensor [1] (the fused step's, which
-    the decoder checks on the host)."""
+    (checked against the buffers' `capacity`) or a device tensor [1] (the fused step's, not
+    checked: the decoder sizes the buffers for prompt + new tokens + gamma + 1 positions, past the
+    last block a request can commit)."""
     if isinstance(start, int) and start + n > capacity:
         raise ValueError(f"position {start + n - 1} is past the proposer's {capacity}")
     return start + torch.arange(n, device=device)

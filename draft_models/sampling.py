@@ -9,6 +9,7 @@ import torch
 
 _MASK = (1 << 31) - 1
 _MIX = 0x45D9F3B  # odd multiplier < 2**27: a 31-bit value times it stays inside int64
+_OFFSET = 0x2545F49
 
 
 def pick(logits: torch.Tensor, temperature: float, generator: torch.Generator | None):
@@ -47,12 +48,23 @@ def counter_gumbel(
 
 
 def counter_uniform(seed: torch.Tensor, pos: torch.Tensor, vocab: int) -> torch.Tensor:
-    """Uniforms in (0, 1), [B, vocab] fp32, a pure function of (seed [B], pos [B], column)."""
-    key = (seed.long() * 1_000_003 + pos.long() * 7_919) & _MASK
-    x = (key[:, None] + torch.arange(vocab, device=seed.device)[None] * 2_654_435) & _MASK
-    for _ in range(3):  # xor-shift-multiply rounds (a 31-bit integer hash)
+    """Uniforms in (0, 1), [B, vocab] fp32, a pure function of (seed [B], pos [B], column). The
+    key (seed, pos) and the column are each hashed before they are combined (xor) and hashed
+    again: two draws then share no run of columns, only isolated coincidences of a 31-bit hash
+    (a key plus column x K under one hash, as before, made draw (s, c) a column shift of draw
+    (s, c + d) for some d: 11,862 between the decoder's and a proposer's stream)."""
+    key = _mix((seed.long() * 1_000_003 + pos.long() * 7_919) & _MASK)
+    cols = _mix(torch.arange(vocab, device=seed.device))
+    return unit_interval(_mix(key[:, None] ^ cols[None]))
+
+
+def _mix(x: torch.Tensor) -> torch.Tensor:
+    """A bijective 31-bit integer hash: an odd offset (so 0 does not map to 0), then
+    xor-shift-multiply rounds."""
+    x = (x + _OFFSET) & _MASK
+    for _ in range(3):
         x = ((x ^ (x >> 16)) * _MIX) & _MASK
-    return unit_interval(x ^ (x >> 16))
+    return x ^ (x >> 16)
 
 
 def unit_interval(x: torch.Tensor) -> torch.Tensor:

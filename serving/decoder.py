@@ -298,7 +298,8 @@ class SpeculativeDecoder:
         if not (hasattr(self.engine, "block") and host_width and static):
             return None
         graphs = self.engine.graphs
-        if graphs and self.fused is not None and self.fused.proposer is proposer:
+        kept = self.fused
+        if graphs and kept is not None and kept.proposer is proposer and kept.engine is self.engine:
             return self.fused
         fused = FusedStep(
             self.engine,
