@@ -265,10 +265,10 @@ class SpeculativeDecoder:
             n_verify = torch.clamp(
                 single_request_length(survival, self.scheduler, self.sps_by_width), max=budget
             )
-            width = self._width_for(n_verify, budget)
         else:
-            drafts, dists, width = s.anchor[:0], None, 1
+            drafts, dists = s.anchor[:0], None
             n_verify = torch.zeros((), dtype=torch.long, device=self.device)
+        width = self._width_for(n_verify, budget)
         ids = torch.cat((s.anchor, drafts[: width - 1]))
         logits, feats = self.engine.forward(ids, pos)
         accepted, tokens = accept_block(
@@ -300,7 +300,7 @@ class SpeculativeDecoder:
         graphs = self.engine.graphs
         kept = self.fused
         if graphs and kept is not None and kept.proposer is proposer and kept.engine is self.engine:
-            return self.fused
+            return kept
         fused = FusedStep(
             self.engine,
             proposer,

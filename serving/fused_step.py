@@ -29,7 +29,8 @@ from .acceptance import NOISE_PER_BLOCK, accept_block
 
 STREAM = 1 << 30  # the decoder's noise seed is the request's + STREAM: its keys are disjoint from
 # the proposer's (same seed, counts from 0) for counts below 2**30, and keys are hashed before
-# the column is mixed in (draft_models.sampling.counter_uniform), so no draw repeats another's
+# the column is mixed in (draft_models.sampling.counter_uniform), so no two draws share a run of
+# columns
 
 
 @dataclass
