@@ -101,10 +101,12 @@ def build_draft(cfg: DraftConfig, target: TargetSpec, target_head: FrozenTargetH
 def commit_positions(
     start: int | torch.Tensor, n: int, capacity: int, device: torch.device
 ) -> torch.Tensor:
-    """Positions [n] a static-state proposer's commit writes: start.. with `start` a host int
-    (checked against the buffers' `capacity`) or a device tensor [1] (the fused step's, not
-    checked: the decoder sizes the buffers for prompt + new tokens + gamma + 1 positions, past the
-    last block a request can commit)."""
-    if isinstance(start, int) and start + n > capacity:
-        raise ValueError(f"position {start + n - 1} is past the proposer's {capacity}")
-    return start + torch.arange(n, device=device)
+    """Positions a static-state proposer's commit writes: start.. with `start` a host int
+    (checked against the buffers' `capacity`; [n]) or a device tensor [R] (one start per row;
+    [R, n]; the fused step's, not checked: the decoder sizes the buffers for prompt + new tokens
+    + gamma + 1 positions, past the last block a request can commit)."""
+    if isinstance(start, int):
+        if start + n > capacity:
+            raise ValueError(f"position {start + n - 1} is past the proposer's {capacity}")
+        return start + torch.arange(n, device=device)
+    return start.view(-1, 1) + torch.arange(n, device=device)

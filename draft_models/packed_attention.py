@@ -65,6 +65,18 @@ class TokenIndex:
         )
 
     @classmethod
+    def rows_context(cls, rows: int, length: int, device) -> TokenIndex:
+        """Positions 0..length-1 of each of `rows` sequences (requests decoded at once), row-major:
+        row r's context is tokens r * length .. (r + 1) * length - 1, of sequence r."""
+        minus_one = torch.full((rows * length,), -1, dtype=torch.long, device=device)
+        return cls(
+            seq=torch.arange(rows, device=device).repeat_interleave(length),
+            pos=torch.arange(length, device=device).repeat(rows),
+            block=minus_one,
+            slot=minus_one.clone(),
+        )
+
+    @classmethod
     def single_block(cls, anchor_pos: int, slots: int, device, first_slot: int = 0) -> TokenIndex:
         """Slots first_slot..first_slot+slots-1 of one block anchored at `anchor_pos` (decoding)."""
         slot = torch.arange(first_slot, first_slot + slots, device=device)
@@ -103,7 +115,12 @@ class AttentionPlan:
         window: int | None = None,
         block_causal: bool = False,
         backend: str = "auto",
+        rows: tuple[int, int] | None = None,
     ) -> None:
+        """`rows=(R, C)` (dense backend): the tokens are R requests decoded at once, laid out
+        row-major: the queries are R equal runs, the keys R runs of C context keys followed, if
+        there are more keys, by the queries' own tokens. Each row then attends over its own keys
+        only (a batched SDPA), not over every row's as a flat mask would."""
         if backend == "auto":
             backend = "flex" if q_index.seq.is_cuda else "sdpa"
         if backend not in BACKENDS:
@@ -111,7 +128,10 @@ class AttentionPlan:
                 f"unknown attention backend {backend!r}; allowed: auto, {', '.join(BACKENDS)}"
             )
         self.q_index, self.k_index = q_index, k_index
+        if rows is not None and backend != "dense":
+            raise ValueError(f"rows= needs the dense backend, not {backend!r}")
         self.window, self.block_causal, self.backend = window, block_causal, backend
+        self.rows = rows
         self._prepared = None
 
     def __call__(
@@ -122,6 +142,10 @@ class AttentionPlan:
             if self._prepared is None:
                 self._prepared = _flex_block_mask(self, q.shape[0], k.shape[0], q.device)
             return _flex(q, k, v, self._prepared, scale)
+        if self.rows is not None:
+            if self._prepared is None:
+                self._prepared = _row_masks(self, k.shape[0])
+            return _sdpa_rows(q, k, v, self._prepared, scale)
         if self._prepared is None:
             self._prepared = _dense_mask(self) if self.backend == "dense" else _sequence_masks(self)
         return _sdpa_per_sequence(q, k, v, self._prepared, scale)
@@ -136,6 +160,41 @@ def _dense_mask(plan: AttentionPlan):
         plan.block_causal,
     )
     return [(slice(None), slice(None), mask)]
+
+
+def _row_masks(plan: AttentionPlan, n_keys: int):
+    """(keys of each row [R, Kr] as flat key indices, mask [R, 1, Sq, Kr]) of a rows plan."""
+    r, c = plan.rows
+    n_q = len(plan.q_index)
+    device = plan.q_index.seq.device
+    row = torch.arange(r, device=device)[:, None]
+    keys = row * c + torch.arange(c, device=device)[None]
+    own = n_keys - r * c
+    if own:  # the queries' own tokens, after every row's context
+        if own != n_q:
+            raise ValueError(f"{n_keys} keys are neither {r} x {c} context keys nor those + {n_q}")
+        keys = torch.cat((keys, r * c + torch.arange(n_q, device=device).view(r, -1)), 1)
+    mask = allowed_pairs(
+        tuple(f.view(r, -1, 1) for f in plan.q_index.fields()),
+        tuple(f[keys][:, None] for f in plan.k_index.fields()),
+        plan.window,
+        plan.block_causal,
+    )
+    return keys, mask[:, None]
+
+
+def _sdpa_rows(q, k, v, prepared, scale):
+    keys, mask = prepared
+    r = keys.shape[0]
+    o = F.scaled_dot_product_attention(
+        q.view(r, -1, *q.shape[1:]).transpose(1, 2),
+        k[keys].transpose(1, 2),
+        v[keys].transpose(1, 2),
+        attn_mask=mask,
+        scale=scale,
+        enable_gqa=q.shape[1] != k.shape[1],
+    )
+    return o.transpose(1, 2).reshape(q.shape[0], q.shape[1], v.shape[-1])
 
 
 def _sequence_masks(plan: AttentionPlan):

@@ -22,20 +22,22 @@ def pick(logits: torch.Tensor, temperature: float, generator: torch.Generator | 
 
 
 def pick_counted(logits: torch.Tensor, temperature: float, seed: torch.Tensor, count: torch.Tensor):
-    """As `pick`, with the draw a Gumbel-max over counter noise of (seed [1], count [1]) instead
+    """As `pick`, with the draw a Gumbel-max over counter noise of (seed [B], count [B]) instead
     of a generator: the same draw for the same (seed, count), no host state (the caller advances
-    `count`). argmax(logits / T + Gumbel) is distributed as softmax(logits / T)."""
+    `count`). argmax(logits / T + Gumbel) is distributed as softmax(logits / T). Logits [V]
+    (B = 1: token [1]) or one row per request, [B, V] (tokens [B, 1])."""
     if temperature == 0:
         return logits.argmax(-1, keepdim=True), None
     scaled = logits.double() / temperature
-    gumbel = counter_gumbel(seed, count, logits.shape[-1])[0]
+    gumbel = counter_gumbel(seed, count, logits.shape[-1]).view(scaled.shape)
     return (scaled + gumbel).argmax(-1, keepdim=True), torch.softmax(scaled, -1)
 
 
 def draw_counted(weights: torch.Tensor, seed: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
-    """A token [1] drawn from weights [V] (non-negative, any positive sum: no normalizing) by a
-    Gumbel-max over counter noise of (seed [1], count [1]): argmax(log w + Gumbel) ~ w / sum(w)."""
-    noise = counter_gumbel(seed, count, weights.shape[-1])[0]
+    """A token drawn from weights [V] ([1]) or [B, V] ([B, 1]; non-negative, any positive sum: no
+    normalizing) by a Gumbel-max over counter noise of (seed [B], count [B]):
+    argmax(log w + Gumbel) ~ w / sum(w)."""
+    noise = counter_gumbel(seed, count, weights.shape[-1]).view(weights.shape)
     return (torch.log(weights.double()) + noise).argmax(-1, keepdim=True)
 
 

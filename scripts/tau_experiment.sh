@@ -48,7 +48,8 @@
 # 512 tokens, sequences up to 1,024) and every run trains on that file with
 # target.regenerate=false (its target only prefills, to capture hidden states).
 # Environment: W (work dir), SAMPLES (the budget), GPUS, PROCS (decoding processes per
-# evaluation), LIMIT (items per benchmark), CURVE_LIMIT, TOKENS (new tokens per answer),
+# evaluation), BATCH (requests each of them decodes at once; tau and acceptance are batch 1's,
+# the timed `speed` runs stay at batch 1), LIMIT (items per benchmark), CURVE_LIMIT, TOKENS (new tokens per answer),
 # SPEED_LIMIT (GSM8K items of each timed single-stream run), EVAL_JOBS (the main evaluations,
 # draft-tT, run in that order; default: T=1 of each of RUNS, then greedy; "" for none), RUNS
 # (the main runs `train` starts), ABLATE and SPEED (0: the pipeline skips the ablations / the
@@ -63,12 +64,13 @@ W=${W:-/tmp/tau}
 SAMPLES=${SAMPLES:-16000}
 MICRO=${MICRO:-16}
 GPUS=${GPUS:-2}
-PROCS=${PROCS:-$((2 * GPUS))}  # decoding processes per evaluation (GPUs round-robin)
+BATCH=${BATCH:-32}  # requests each decoding process decodes at once (serving.batch_decoder)
+PROCS=${PROCS:-$GPUS}  # decoding processes per evaluation (GPUs round-robin)
 LIMIT=${LIMIT:-200}  # GSM8K 200 of its test set, MT-Bench all 80, HumanEval all 164
 TOKENS=${TOKENS:-128}
 CURVE_LIMIT=${CURVE_LIMIT:-100}  # GSM8K items per earlier DSpark checkpoint
 ABL_LIMIT=${ABL_LIMIT:-40}  # GSM8K and MT-Bench items per ablation job
-ABL_PROCS=${ABL_PROCS:-$((2 * GPUS))}  # decoding processes per ablation evaluation
+ABL_PROCS=${ABL_PROCS:-$GPUS}  # decoding processes per ablation evaluation
 SPEED_LIMIT=${SPEED_LIMIT:-25}
 ABLATE=${ABLATE:-1}  # 0: the pipeline leaves the ablations out
 SPEED=${SPEED:-1}    # 0: the pipeline leaves the speed phase out
@@ -88,6 +90,7 @@ PY=${PY:-python}
 mkdir -p "$W"
 [[ $GPUS =~ ^[1-9][0-9]*$ ]] || { echo "error: GPUS=$GPUS: a positive number of GPUs"; exit 1; }
 [[ $PROCS =~ ^[1-9][0-9]*$ ]] || { echo "error: PROCS=$PROCS: a positive number"; exit 1; }
+[[ $BATCH =~ ^[1-9][0-9]*$ ]] || { echo "error: BATCH=$BATCH: a positive number"; exit 1; }
 
 waitall() {  # wait for every pid given; fail if any failed
   local rc=0
@@ -120,7 +123,7 @@ evaluate_one() {  # log name (W/name.log), then serving.evaluate's flags: one ev
   local name=$1
   shift
   echo "### $(date +%T) $name"
-  $PY -m serving.evaluate --no-baseline --no-plot --max-new-tokens $TOKENS "$@" \
+  $PY -m serving.evaluate --no-baseline --no-plot --max-new-tokens $TOKENS --batch $BATCH "$@" \
     > "$W/$name.log" 2>&1 || echo "### $(date +%T) $name failed"
 }
 

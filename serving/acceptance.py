@@ -31,28 +31,54 @@ def accept_block(
     """(accepted count, tokens [W]) for drafts [W-1], target logits [W, V], all on one device;
     only drafts[:n_verify] may be accepted. tokens[:accepted] are the accepted drafts and
     tokens[accepted] the bonus (resampled from the residual after a rejection). Noise: counts
-    `count` and `count + 1` of `seed` (the caller advances its counter by NOISE_PER_BLOCK)."""
-    w = logits.shape[0]
+    `count` and `count + 1` of `seed` [1] (the caller advances its counter by NOISE_PER_BLOCK).
+    One request of `accept_rows`."""
+    accepted, tokens = accept_rows(
+        drafts[None],
+        None if dists is None else dists[None],
+        logits[None],
+        n_verify.reshape(1),
+        temperature,
+        seed,
+        count,
+    )
+    return accepted[0], tokens[0]
+
+
+def accept_rows(
+    drafts: torch.Tensor,
+    dists: torch.Tensor | None,
+    logits: torch.Tensor,
+    n_verify: torch.Tensor,
+    temperature: float,
+    seed: torch.Tensor,
+    count: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`accept_block` for R requests at once: drafts [R, W-1], proposal distributions
+    [R, W-1, V] (sampling), logits [R, W, V], n_verify / seed / count [R] -> (accepted [R],
+    tokens [R, W]). Each row draws the noise of its own (seed, count), so a row's outcome never
+    depends on the other rows."""
+    r, w = logits.shape[:2]
     if w == 1:  # nothing to verify: the bonus alone
-        bonus = pick_counted(logits[0], temperature, seed, count + 1)[0]
-        return torch.zeros((), dtype=torch.long, device=logits.device), bonus
-    allowed = torch.arange(w - 1, device=logits.device) < n_verify
+        bonus = pick_counted(logits[:, 0], temperature, seed, count + 1)[0]
+        return torch.zeros(r, dtype=torch.long, device=logits.device), bonus
+    allowed = torch.arange(w - 1, device=logits.device)[None] < n_verify[:, None]
     if temperature == 0:
         target_tokens = logits.argmax(-1)
-        ok = (drafts == target_tokens[:-1]) & allowed
-        accepted = torch.cumprod(ok.long(), 0).sum()
-        bonus = target_tokens.gather(0, accepted.view(1))  # not [accepted]: a host read
+        ok = (drafts == target_tokens[:, :-1]) & allowed
+        accepted = torch.cumprod(ok.long(), 1).sum(1)
+        bonus = target_tokens.gather(1, accepted[:, None])  # not [accepted]: a host read
     else:
         p = torch.softmax(logits.double() / temperature, -1)
-        rows = torch.arange(w - 1, device=logits.device)
-        ratio = p[rows, drafts] / dists[rows, drafts]
-        u = counter_uniform(seed, count, w - 1)[0].double()
-        accepted = torch.cumprod(((u < ratio) & allowed).long(), 0).sum()
-        residual = torch.cat((torch.clamp(p[:-1] - dists, min=0), p.new_zeros(1, p.shape[1])))
+        picked = drafts[..., None]
+        ratio = (p[:, :-1].gather(2, picked) / dists.gather(2, picked))[..., 0]
+        u = counter_uniform(seed, count, w - 1).double()
+        accepted = torch.cumprod(((u < ratio) & allowed).long(), 1).sum(1)
+        residual = torch.cat((torch.clamp(p[:, :-1] - dists, min=0), torch.zeros_like(p[:, :1])), 1)
         rejected = accepted < n_verify
-        at = accepted.view(1)
-        dist = torch.where(rejected, residual.index_select(0, at)[0], p.index_select(0, at)[0])
-        bonus = draw_counted(dist, seed, count + 1)[0]
-    slots = torch.arange(w, device=logits.device)
-    tokens = torch.where(slots < accepted, torch.cat((drafts, drafts[:1])), bonus)
+        at = accepted[:, None, None].expand(r, 1, p.shape[2])
+        dist = torch.where(rejected[:, None], residual.gather(1, at)[:, 0], p.gather(1, at)[:, 0])
+        bonus = draw_counted(dist, seed, count + 1)
+    slots = torch.arange(w, device=logits.device)[None]
+    tokens = torch.where(slots < accepted[:, None], torch.cat((drafts, drafts[:, :1]), 1), bonus)
     return accepted, tokens

@@ -64,12 +64,14 @@ class DecodeResult:
         return len(self.accept_lengths)
 
 
-def make_proposer(draft, gamma: int, sts: torch.Tensor, capacity: int):
+def make_proposer(draft, gamma: int, sts: torch.Tensor, capacity: int, rows: int = 1):
     """The decode-time state of `draft`, from its architecture's registry entry (a proposer with
-    static state gets buffers for `capacity` positions)."""
+    static state gets buffers for `capacity` positions of each of `rows` requests)."""
     cls = get_arch(draft.cfg.arch).proposer
     if getattr(cls, "static_state", False):
-        return cls(draft, gamma, sts, capacity)
+        return cls(draft, gamma, sts, capacity, rows=rows)
+    if rows != 1:
+        raise ValueError(f"arch={draft.cfg.arch}'s proposer decodes one request at a time")
     return cls(draft, gamma, sts)
 
 
@@ -234,8 +236,8 @@ class SpeculativeDecoder:
             budget = max_new_tokens - len(out.token_ids)
             if fused is not None:
                 width = self._width_for(None, budget)
-                packed = fused(width, engine.extent_for(pos + width), temperature).tolist()
-                confidence = fused.confidence
+                packed = fused(width, engine.extent_for(pos + width), temperature)[0].tolist()
+                confidence = None if fused.confidence is None else fused.confidence[0]
             else:
                 packed, width = self._split_step(
                     proposer, propose, pos, budget, temperature, generator
@@ -295,7 +297,7 @@ class SpeculativeDecoder:
         request (eager) otherwise."""
         host_width = len(self.verify_widths) == 1 or self.scheduler.mode == "fixed"
         static = proposer is None or getattr(proposer, "static_state", False)
-        if not (hasattr(self.engine, "block") and host_width and static):
+        if not (hasattr(self.engine, "block_rows") and host_width and static):
             return None
         graphs = self.engine.graphs
         kept = self.fused
@@ -305,7 +307,9 @@ class SpeculativeDecoder:
             self.engine,
             proposer,
             self.state,
-            lambda survival: single_request_length(survival, self.scheduler, self.sps_by_width),
+            lambda survival: single_request_length(
+                survival[0], self.scheduler, self.sps_by_width
+            ).view(1),
             graphs,
         )
         if graphs:

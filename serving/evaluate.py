@@ -2,7 +2,7 @@
 
     python -m serving.evaluate --checkpoint RUN/checkpoints/step-N --bench gsm8k,mtbench,humaneval
         [--limit N] [--temperature T] [--max-new-tokens N] [--out DIR] [--no-baseline]
-        [--procs N] [decoder flags as serving.generate]
+        [--procs N] [--batch N] [decoder flags as serving.generate]
 
 Per benchmark it writes and prints one JSON object: tau (mean tokens emitted per decode step,
 bonus included), conditional acceptance by draft position (accepted / reached, where a position
@@ -16,7 +16,9 @@ benchmark's JSON is written as soon as it is complete. The first prompt is decod
 first (CUDA-graph capture, allocations); graphs of longer contexts are still captured on first
 use inside the timing. `--no-baseline` skips target-only decoding (tau and acceptance only);
 `--procs N` decodes the items in N processes at once (GPUs round-robin) and adds up their sums:
-tau and acceptance are the same as one process's, speeds are not single-stream figures.
+tau and acceptance are the same as one process's, speeds are not single-stream figures;
+`--batch N` decodes N items at once in each process (serving.batch_decoder: each row emits what
+batch 1 would, so tau and acceptance are batch 1's; speeds are throughputs).
 `elapsed_s` and `answers_per_s` say how long the benchmark's decoding took (the slowest process,
 warm-up included; start-up and model loading not).
 """
@@ -39,6 +41,7 @@ from splitserve import checkpoint
 from splitserve.target.chat import prompt_ids
 
 from . import cli
+from .batch_decoder import BatchDecoder
 from .benchmarks import load_bench
 from .decoder import DecodeResult, SpeculativeDecoder
 from .loading import add_decoding_args, add_model_args, decoder_from_args
@@ -106,58 +109,82 @@ class Tally:
                 self.hits[k] += int(k < n_acc)
 
 
-def _timed(
-    decoder: SpeculativeDecoder, ids: list[int], args, eos: int, seed: int
-) -> tuple[DecodeResult, float]:
-    if decoder.device.type == "cuda":
+def _decode(decoder, prompts: list[list[int]], seeds: list[int], args, eos: int):
+    """(results, wall seconds) of decoding `prompts` with a batch-1 decoder (one after
+    another) or a BatchDecoder (R at a time)."""
+    sync = decoder.device.type == "cuda"
+    if sync:
         torch.cuda.synchronize(decoder.device)
     t0 = time.perf_counter()
-    res = decoder.generate(
-        ids, args.max_new_tokens, temperature=args.temperature, eos_token_id=eos, seed=seed
-    )
-    if decoder.device.type == "cuda":
+    kw = {"temperature": args.temperature, "eos_token_id": eos}
+    if isinstance(decoder, BatchDecoder):
+        results = decoder.generate(prompts, args.max_new_tokens, seeds=seeds, **kw)
+    else:
+        results = [
+            decoder.generate(p, args.max_new_tokens, seed=seed, **kw)
+            for p, seed in zip(prompts, seeds, strict=True)
+        ]
+    if sync:
         torch.cuda.synchronize(decoder.device)
-    return res, time.perf_counter() - t0
+    return results, time.perf_counter() - t0
 
 
 def tally_bench(
     decoder: SpeculativeDecoder, tok, items: list[tuple[int, list[str]]], args, desc: str = ""
 ) -> dict:
     """Decode every (index, item) speculatively and, unless --no-baseline, target-only (item i
-    is seeded with --seed + i, so a shard decodes its items as the whole run would). Returns the
-    raw sums `report` needs, which add up across shards, and `elapsed_s`: the wall time of the
-    decoding (warm-up and target-only decoding included; process start and model loading not)."""
+    is seeded with --seed + i, so a shard decodes its items as the whole run would), --batch
+    items at a time (turn by turn: an answer is in the next turn's prompt). Returns the raw sums
+    `report` needs, which add up across shards, and `elapsed_s`: the wall time of the decoding
+    (warm-up and target-only decoding included; process start and model loading not)."""
     t0 = time.perf_counter()
+    batch = getattr(args, "batch", 1)
     baseline = None
     if not args.no_baseline:
         baseline = SpeculativeDecoder(
             decoder.target, None, runtime=decoder.runtime, max_len=decoder.max_len
         )
-    spec, base = Tally(decoder.gamma), Tally(1)
+    if batch > 1:
+        decoder = BatchDecoder(decoder, batch)
+        baseline = baseline and BatchDecoder(baseline, batch)
+    decoders = {"spec": decoder, "base": baseline}
+    tallies = {"spec": Tally(decoder.gamma), "base": Tally(1)}
+    eos = tok.eos_token_id
     identical = turns = 0
     if items:  # untimed warm-up: the first prompt's graphs (and allocations) outside the timing
         warm = prompt_ids(tok, [{"role": "user", "content": items[0][1][0]}])
-        for d in (decoder, baseline):
+        for d in decoders.values():
             if d is not None:
-                d.generate(warm, args.max_new_tokens, temperature=args.temperature, seed=0)
-    for i, item in tqdm(items, desc=desc, unit="item", dynamic_ncols=True, disable=desc is None):
-        spec_msgs, base_msgs = [], []
-        for turn in item:
-            spec_msgs.append({"role": "user", "content": turn})
-            seed = args.seed + i
-            res, wall = _timed(decoder, prompt_ids(tok, spec_msgs), args, tok.eos_token_id, seed)
-            spec.add(res, wall, item=i)
-            turns += 1
-            spec_msgs.append(_assistant(tok, res))
+                _decode(d, [warm], [0], args, None)
+    bar = tqdm(total=len(items), desc=desc, unit="item", dynamic_ncols=True, disable=desc is None)
+    for c in range(0, len(items), batch):
+        chunk = items[c : c + batch]
+        history = {name: [[] for _ in chunk] for name in decoders}
+        for turn in range(max(len(item) for _, item in chunk)):
+            active = [j for j, (_, item) in enumerate(chunk) if turn < len(item)]
+            seeds = [args.seed + chunk[j][0] for j in active]
+            out = {}
+            for name, d in decoders.items():
+                if d is None:
+                    continue
+                msgs = history[name]
+                for j in active:
+                    msgs[j].append({"role": "user", "content": chunk[j][1][turn]})
+                prompts = [prompt_ids(tok, msgs[j]) for j in active]
+                out[name], wall = _decode(d, prompts, seeds, args, eos)
+                tallies[name].wall_s += wall
+                for j, res in zip(active, out[name], strict=True):
+                    tallies[name].add(res, 0.0, item=chunk[j][0] if name == "spec" else None)
+                    msgs[j].append(_assistant(tok, res))
+            turns += len(active)
             if baseline is not None:
-                base_msgs.append({"role": "user", "content": turn})
-                ref, ref_wall = _timed(
-                    baseline, prompt_ids(tok, base_msgs), args, tok.eos_token_id, seed
+                identical += sum(
+                    a.token_ids == b.token_ids
+                    for a, b in zip(out["spec"], out["base"], strict=True)
                 )
-                base.add(ref, ref_wall)
-                identical += int(res.token_ids == ref.token_ids)
-                base_msgs.append(_assistant(tok, ref))
-    return {"spec": spec, "base": base if baseline is not None else None,
+        bar.update(len(chunk))
+    bar.close()
+    return {"spec": tallies["spec"], "base": tallies["base"] if baseline is not None else None,
             "identical": identical, "turns": turns, "items": len(items),
             "elapsed_s": time.perf_counter() - t0}  # fmt: skip
 
@@ -201,6 +228,7 @@ def report(sums: dict, gamma: int, scheduler: str, args) -> dict:
         "speculative": spec.speed(),
         "target_only": base.speed() if base is not None else None,
         "procs": args.procs,
+        "batch": getattr(args, "batch", 1),
         # the benchmark's decoding wall time (the longest shard) and answers (turns) per second
         "elapsed_s": sums["elapsed_s"],
         "answers_per_s": sums["turns"] / sums["elapsed_s"],
@@ -210,10 +238,15 @@ def report(sums: dict, gamma: int, scheduler: str, args) -> dict:
         if base is not None
         else None
     )
+    notes = []
     if args.procs > 1:
+        notes.append(f"{args.procs} processes decoded at once on shared devices")
+    if rep["batch"] > 1:
+        notes.append(f"each decoded {rep['batch']} requests at once (throughput)")
+    if notes:
         rep["timing_note"] = (
-            f"{args.procs} processes decoded at once on shared devices: speeds and the speedup "
-            "are not single-stream figures (run with --procs 1 for those)"
+            "; ".join(notes) + ": speeds and the speedup are not single-stream figures (run "
+            "with --procs 1 --batch 1 for those)"
         )
     if args.temperature == 0 and base is not None:
         rep["identical_to_target_only"] = f"{sums['identical']}/{sums['turns']}"
@@ -395,6 +428,13 @@ def build_parser():
         default=1,
         help="decoding processes sharing the items (GPUs round-robin); >1: tau and acceptance "
         "are exact, speeds are not single-stream",
+    )
+    ap.add_argument(
+        "--batch",
+        type=cli.POSITIVE,
+        default=1,
+        help="requests decoded at once (static runtime; fixed or threshold schedule): tau and "
+        "acceptance are batch 1's, speeds are throughputs",
     )
     ap.add_argument(
         "--no-plot", action="store_true", help="skip acceptance.png (no matplotlib needed)"

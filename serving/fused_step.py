@@ -25,7 +25,7 @@ import torch
 
 from splitserve.target.runtime.graphs import capture
 
-from .acceptance import NOISE_PER_BLOCK, accept_block
+from .acceptance import NOISE_PER_BLOCK, accept_rows
 
 STREAM = 1 << 30  # the decoder's noise seed is the request's + STREAM: its keys are disjoint from
 # the proposer's (same seed, counts from 0) for counts below 2**30, and keys are hashed before
@@ -35,9 +35,10 @@ STREAM = 1 << 30  # the decoder's noise seed is the request's + STREAM: its keys
 
 @dataclass
 class StepState:
-    """One request's decode state on the device, at fixed addresses (graphs read and write it):
-    the anchor [1] and its position [1], the tokens still to emit after it [] and the decoder's
-    noise seed and counter [1]."""
+    """The decode state of R requests (R = 1: the batch-1 decoder) on the device, at fixed
+    addresses (graphs read and write it), each [R]: the anchor and its position, the tokens still
+    to emit after it (a row at 0 is finished: it still runs, fixed shapes, but stands still),
+    and the decoder's noise seed and counter."""
 
     anchor: torch.Tensor
     pos: torch.Tensor
@@ -46,14 +47,15 @@ class StepState:
     draws: torch.Tensor
 
     @classmethod
-    def on(cls, device: torch.device) -> StepState:
-        def z(*shape):
-            return torch.zeros(shape, dtype=torch.long, device=device)
+    def on(cls, device: torch.device, rows: int = 1) -> StepState:
+        def z():
+            return torch.zeros(rows, dtype=torch.long, device=device)
 
-        return cls(anchor=z(1), pos=z(1), remaining=z(), seed=z(1), draws=z(1))
+        return cls(anchor=z(), pos=z(), remaining=z(), seed=z(), draws=z())
 
-    def reset(self, seed: int) -> None:
-        self.seed.fill_(seed + STREAM)
+    def reset(self, seed: int | torch.Tensor) -> None:
+        """Seeds of a new request (an int) or of one per row."""
+        self.seed.copy_(torch.as_tensor(seed).expand(self.seed.shape) + STREAM)
         self.draws.zero_()
 
     def tensors(self) -> list[torch.Tensor]:
@@ -61,11 +63,12 @@ class StepState:
 
 
 class FusedStep:
-    """`step(width, extent, temperature)` -> packed [2 + width] long on the device: (accepted
-    drafts, scheduled drafts, tokens: the accepted drafts then the bonus, then padding), with
-    `state` advanced to the next anchor; `confidence` then holds the proposal's raw confidence
-    logits (or None). Graphed per (width, extent, temperature) when `graphs`, else eager. The
-    returned tensors are overwritten by the next step: read them before."""
+    """`step(width, extent, temperature)` -> packed [R, 2 + width] long on the device, per row:
+    (accepted drafts, scheduled drafts, tokens: the accepted drafts then the bonus, then
+    padding), with `state` advanced to the next anchors; `confidence` then holds the proposal's
+    raw confidence logits [R, gamma] (or None). Graphed per (width, extent, temperature) when
+    `graphs`, else eager. The returned tensors are overwritten by the next step: read them
+    before."""
 
     def __init__(
         self,
@@ -75,7 +78,9 @@ class FusedStep:
         schedule: Callable[[torch.Tensor], torch.Tensor],
         graphs: bool,
     ) -> None:
-        """`schedule(survival)`: the drafts to verify (0-d tensor, no host read)."""
+        """`schedule(survival [R, gamma])`: the drafts each row may verify ([R], no host read).
+        `engine`: one with `block_rows` (the static engine with R rows); `proposer`: one with
+        static state and R rows, or None (target-only)."""
         self.engine, self.proposer, self.state, self.schedule = engine, proposer, state, schedule
         self.graphs: dict | None = {} if graphs else None
         self.pool = torch.cuda.graph_pool_handle() if graphs else None
@@ -117,22 +122,23 @@ class FusedStep:
         if p is not None:
             p.anchor_in.copy_(s.anchor)
             p.pos_in.copy_(s.pos)
-            drafts, dists, survival, confidence = p.step(temperature)
+            drafts, dists, survival, confidence = p.step_rows(temperature)
             n_verify = torch.minimum(self.schedule(survival), s.remaining)
-            drafts = drafts[: width - 1]
-            dists = None if dists is None else dists[: width - 1]
+            drafts = drafts[:, : width - 1]
+            dists = None if dists is None else dists[:, : width - 1]
         else:
-            drafts, n_verify = s.anchor[:0], torch.zeros_like(s.remaining)
-        ids = torch.cat((s.anchor, drafts))
-        logits, feats = self.engine.block(ids, s.pos, extent)
-        accepted, tokens = accept_block(
+            drafts, n_verify = s.anchor[:, None][:, :0], torch.zeros_like(s.remaining)
+        ids = torch.cat((s.anchor[:, None], drafts), 1)
+        logits, feats = self.engine.block_rows(ids, s.pos, extent)
+        accepted, tokens = accept_rows(
             drafts, dists, logits, n_verify, temperature, s.seed, s.draws
         )
         if p is not None:  # the whole block: positions past the kept ones stay invisible
-            p.commit(feats, ids, s.pos, last=accepted)
+            p.commit_rows(feats, ids, s.pos, last=accepted)
+        advance = (accepted + 1) * (s.remaining > 0)  # finished rows stand still
         s.draws.add_(NOISE_PER_BLOCK)
-        s.anchor.copy_(tokens.gather(0, accepted.view(1)))
-        s.pos.add_(accepted + 1)
-        s.remaining.sub_(accepted + 1)
-        packed = torch.cat((accepted.view(1), n_verify.view(1), tokens))
+        s.anchor.copy_(tokens.gather(1, accepted[:, None])[:, 0])
+        s.pos.add_(advance)
+        s.remaining.sub_(advance)
+        packed = torch.cat((accepted[:, None], n_verify[:, None], tokens), 1)
         return packed, confidence

@@ -99,3 +99,28 @@ def test_graphed_decoding_equals_eager_decoding(arch, mode):
         assert {key[2] for key in graphed.fused.graphs} == {0.0, 1.0}
     else:
         assert graphed.fused is None and set(graphed.graphed_proposal.graphs) == {0.0, 1.0}
+
+
+@pytest.mark.parametrize("arch", ["dspark", "eagle3", None])
+def test_graphed_batch_decoding_equals_eager_and_batch_one(arch):
+    """The batch decoder's graphed fused step over 3 rows against the same rows with graphs off
+    (the same tokens and acceptance counts, over two cache-length buckets), and each row against
+    the batch-1 decoder (fp32: the same tokens)."""
+    from serving.batch_decoder import BatchDecoder
+
+    target = tiny_target().to(CUDA)
+    draft = draft_for(target, **DRAFT_KINDS[arch]).to(CUDA) if arch else None
+    single = SpeculativeDecoder(target, draft, runtime="static", max_len=600)
+    graphed, eager = BatchDecoder(single, 3), BatchDecoder(single, 3, graphs=False)
+    assert graphed.engine.graphs and not eager.engine.graphs
+    prompts = [[3, 9, 27, 81], [5, 17, 42, 8, 3, 1, 1], [7, 7]]
+    for temperature in (0.0, 1.0):
+        a, b = (
+            d.generate(prompts, 300, temperature=temperature, seeds=[4, 5, 6])
+            for d in (graphed, eager)
+        )
+        for x, y, prompt, seed in zip(a, b, prompts, [4, 5, 6], strict=True):
+            assert x.token_ids == y.token_ids and x.accepted == y.accepted
+            ref = single.generate(prompt, 300, temperature=temperature, seed=seed)
+            assert x.token_ids == ref.token_ids
+    assert {key[1] for key in graphed.step.graphs} == {256, 512}

@@ -461,3 +461,36 @@ def test_evaluate_over_processes_adds_up_to_one_process(dspark_ckpt, tmp_path, c
     assert evaluate_main(common + ["--procs", "2", "--block-size", "99", "--out", str(bad)]) == 2
     err = capsys.readouterr().err
     assert "error: decoding process" in err and "block" in err and not bad.exists()
+
+
+def test_evaluate_in_batches_reports_batch_one_figures(dspark_ckpt, tmp_path):
+    """--batch 2 decodes two items at once (turn by turn for MT-Bench) and reports the tau,
+    acceptance, per-item sums and identity count of batch 1, greedy and sampled."""
+    common = ["--checkpoint", str(dspark_ckpt), "--bench", "gsm8k,mtbench", "--limit", "3"]
+    common += ["--max-new-tokens", "8", "--no-plot", "--device", "cpu", "--runtime", "static"]
+    for t in ("0", "1"):
+        reports = {}
+        for batch in ("1", "2"):
+            out = tmp_path / f"b{batch}-t{t}"
+            assert (
+                evaluate_main(common + ["--temperature", t, "--batch", batch, "--out", str(out)])
+                == 0
+            )
+            reports[batch] = {
+                b: json.loads((out / f"{b}.json").read_text()) for b in ("gsm8k", "mtbench")
+            }
+        for bench in ("gsm8k", "mtbench"):
+            one, two = reports["1"][bench], reports["2"][bench]
+            for key in (
+                "turns",
+                "tau",
+                "acceptance_by_position",
+                "reached_by_position",
+                "per_item",
+            ):
+                assert one[key] == two[key], (t, bench, key)
+            assert one["speculative"]["tokens"] == two["speculative"]["tokens"]
+            assert two["batch"] == 2 and "throughput" in two["timing_note"]
+            assert "timing_note" not in one and two["target_only"]["tokens"] > 0
+            if t == "0":
+                assert one["identical_to_target_only"] == two["identical_to_target_only"]

@@ -57,12 +57,19 @@ class DSparkDraft(DraftModel):
         ctx_kv: list,
         ctx_index: TokenIndex,
         backend: str = "auto",
+        rows: int | None = None,
     ) -> torch.Tensor:
-        """Block token ids [N, S] -> final normed hidden [N, S, H]."""
+        """Block token ids [N, S] -> final normed hidden [N, S, H]. `rows` (decoding, dense
+        backend): the N blocks are N requests, block n over the n-th of N equal runs of the
+        context (AttentionPlan's rows layout)."""
         n, s = block_ids.shape
         x = self.target_head.embed(block_ids.reshape(-1)).to(self.fc.weight.dtype)
         plan = AttentionPlan(
-            block_index, ctx_index.cat(block_index), window=self.cfg.sliding_window, backend=backend
+            block_index,
+            ctx_index.cat(block_index),
+            window=self.cfg.sliding_window,
+            backend=backend,
+            rows=None if rows is None else (rows, len(ctx_index) // rows),
         )
         for layer, (k, v) in zip(self.layers, ctx_kv, strict=True):
             x = layer(x, block_index, k, v, plan)
@@ -110,12 +117,19 @@ class DSparkProposer:
     takes `start` as a device tensor [1] and a whole verify block of which only positions up to
     `start + last` (a device 0-d tensor) are kept: the decoder's fused step commits that way
     without reading the acceptance count, and `step_state()` lists what a step changes besides
-    position-indexed buffers."""
+    position-indexed buffers.
+
+    Rows (`rows=R`): the state of R requests decoded at once (serving.batch_decoder), each at
+    its own position, with its own seed; `commit_rows` / `step_rows` take and return a leading
+    row dimension, and `commit` / `propose` / `step` are the one-row faces of the same code."""
 
     static_state = True
 
-    def __init__(self, draft: DSparkDraft, gamma: int, sts: torch.Tensor, capacity: int) -> None:
+    def __init__(
+        self, draft: DSparkDraft, gamma: int, sts: torch.Tensor, capacity: int, rows: int = 1
+    ) -> None:
         self.draft, self.gamma, self.sts, self.capacity = draft, gamma, sts, capacity
+        self.rows = rows
         self.device = draft.fc.weight.device
         cfg = draft.cfg
         # gamma slots (anchor + gamma masks for DFlash), also when gamma is below the trained
@@ -123,19 +137,19 @@ class DSparkProposer:
         # attention spans only those slots), not the trained block cut short afterwards
         self.slots = gamma if cfg.samples_from_anchor else gamma + 1
         self.ctx_kv: list[tuple[torch.Tensor, torch.Tensor]] | None = None  # on first commit
-        self.ctx_index = TokenIndex.context(capacity, self.device)
-        self.slot = torch.arange(self.slots, device=self.device)
-        self.anchor_in = torch.zeros(1, dtype=torch.long, device=self.device)
-        self.pos_in = torch.zeros(1, dtype=torch.long, device=self.device)
-        self.seed_in = torch.zeros(1, dtype=torch.long, device=self.device)
-        self.draws = torch.zeros(1, dtype=torch.long, device=self.device)  # sampling counter
+        self.ctx_index = TokenIndex.rows_context(rows, capacity, self.device)
+        self.block_row = torch.arange(rows, device=self.device).repeat_interleave(self.slots)
+        self.block_slot = torch.arange(self.slots, device=self.device).repeat(rows)
+        z = torch.zeros(rows, dtype=torch.long, device=self.device)
+        self.anchor_in, self.pos_in, self.seed_in = z, z.clone(), z.clone()
+        self.draws = z.clone()  # sampling counter
         self.confidence_logits: torch.Tensor | None = None  # raw logits [gamma], last proposal
 
-    def reset(self, seed: int = 0) -> None:
-        """A new request: stale keys sit at positions its anchors cannot see until overwritten;
-        its draws are counter noise of `seed`."""
+    def reset(self, seed: int | torch.Tensor = 0) -> None:
+        """A new request (or R of them: `seed` per row): stale keys sit at positions its anchors
+        cannot see until overwritten; its draws are counter noise of `seed`."""
         self.confidence_logits = None
-        self.seed_in.fill_(seed)
+        self.seed_in.copy_(torch.as_tensor(seed).expand(self.rows))
         self.draws.zero_()
 
     def commit(
@@ -147,20 +161,30 @@ class DSparkProposer:
     ) -> None:
         """Add positions start..start+n-1 (features [n, m*H]; tokens and `last` unused by DSpark:
         the keys of positions past the last kept one are invisible until overwritten)."""
+        self.commit_rows(feats[None], tokens[None], start, last)
+
+    def commit_rows(
+        self,
+        feats: torch.Tensor,
+        tokens: torch.Tensor,
+        start: int | torch.Tensor,
+        last: torch.Tensor | None = None,
+    ) -> None:
+        """`commit` of every row: features [R, n, m*H] at positions start.. (an int, or [R])."""
         d = self.draft
-        pos = commit_positions(start, feats.shape[0], self.capacity, feats.device)
-        new = d.context_kv(d.hidden_norm(d.fuse_context(feats)), pos)
+        r, n = feats.shape[:2]
+        pos = commit_positions(start, n, self.capacity, feats.device).expand(r, n)
+        new = d.context_kv(d.hidden_norm(d.fuse_context(feats.flatten(0, 1))), pos.flatten())
         if self.ctx_kv is None:
+            size = self.rows * self.capacity
             self.ctx_kv = [
-                (
-                    k.new_zeros((self.capacity, *k.shape[1:])),
-                    v.new_zeros((self.capacity, *v.shape[1:])),
-                )
+                (k.new_zeros((size, *k.shape[1:])), v.new_zeros((size, *v.shape[1:])))
                 for k, v in new
             ]
+        flat = (pos + self.capacity * torch.arange(r, device=pos.device)[:, None]).flatten()
         for (k_buf, v_buf), (k, v) in zip(self.ctx_kv, new, strict=True):
-            k_buf.index_copy_(0, pos, k)
-            v_buf.index_copy_(0, pos, v)
+            k_buf.index_copy_(0, flat, k)
+            v_buf.index_copy_(0, flat, v)
 
     def step_state(self) -> list[torch.Tensor]:
         """What a decode step changes besides position-indexed buffers (a graph capture saves
@@ -178,40 +202,48 @@ class DSparkProposer:
     def step(self, temperature: float):
         """(tokens, proposal distributions or None, survival, confidence logits or None) from
         anchor_in / pos_in: fixed shapes, no host read, nothing written but the draw counter
-        (what the decoder captures in a graph)."""
-        d, cfg = self.draft, self.draft.cfg
+        (what the decoder captures in a graph). One row of `step_rows`."""
+        return tuple(None if t is None else t[0] for t in self.step_rows(temperature))
+
+    def step_rows(self, temperature: float):
+        """`step` of every row: tokens [R, gamma], distributions [R, gamma, V] or None, survival
+        [R, gamma], confidence logits [R, gamma] or None."""
+        d, cfg, r = self.draft, self.draft.cfg, self.rows
         anchor = self.anchor_in
-        ids = torch.cat((anchor, anchor.new_full((self.slots - 1,), cfg.mask_token_id)))[None]
-        zeros = torch.zeros_like(self.slot)
-        block = TokenIndex(seq=zeros, pos=self.pos_in + self.slot, block=zeros, slot=self.slot)
-        # one block of one sequence: a dense mask, no per-sequence split and no host read
-        hidden = d.backbone(ids, block, self.ctx_kv, self.ctx_index, backend="dense")[0]
+        ids = torch.cat(
+            (anchor[:, None], anchor.new_full((r, self.slots - 1), cfg.mask_token_id)), 1
+        )
+        row, slot = self.block_row, self.block_slot
+        block = TokenIndex(seq=row, pos=self.pos_in[row] + slot, block=row, slot=slot)
+        # one block per row: a dense mask per row, no per-sequence split and no host read
+        hidden = d.backbone(ids, block, self.ctx_kv, self.ctx_index, backend="dense", rows=r)
         if not cfg.samples_from_anchor:
-            hidden = hidden[1:]
+            hidden = hidden[:, 1:]
         head = d.sequential_head
-        state = head.init_state(1, hidden) if head is not None else None
+        state = head.init_state(r, hidden) if head is not None else None
         tokens, dists, conf = [], [], []
         prev = anchor
         for k in range(self.gamma):
-            h = hidden[k : k + 1]
-            logits = d.target_head.logits(h)[0].float()
+            h = hidden[:, k]
+            logits = d.target_head.logits(h).float()
             if head is not None:
                 z, state = head.step(state, prev, h)
-                logits = logits + head.markov_w2(z)[0].float()
+                logits = logits + head.markov_w2(z).float()
             if cfg.confidence_head:
                 prev_emb = head.prev_embedding(prev) if head is not None else None
-                conf.append(d.confidence_head(h, prev_emb)[0].double())
-            prev, probs = pick_counted(logits, temperature, self.seed_in, self.draws)
+                conf.append(d.confidence_head(h, prev_emb).double())
+            picked, probs = pick_counted(logits, temperature, self.seed_in, self.draws)
+            prev = picked[:, 0]
             self.draws.add_(1)
             tokens.append(prev)
             dists.append(probs)
-        confidence = torch.stack(conf) if conf else None
+        confidence = torch.stack(conf, 1) if conf else None
         if confidence is not None:
-            survival = torch.cumprod(torch.sigmoid(confidence / self.sts[: self.gamma]), 0)
+            survival = torch.cumprod(torch.sigmoid(confidence / self.sts[: self.gamma]), 1)
         else:
-            survival = torch.ones(self.gamma, dtype=torch.float64, device=anchor.device)
-        proposals = torch.stack(dists) if temperature > 0 else None
-        return torch.cat(tokens), proposals, survival, confidence
+            survival = torch.ones(r, self.gamma, dtype=torch.float64, device=anchor.device)
+        proposals = torch.stack(dists, 1) if temperature > 0 else None
+        return torch.stack(tokens, 1), proposals, survival, confidence
 
 
 # ----- export to SGLang 0.5.23 (`--speculative-algorithm DSPARK`) -----

@@ -57,12 +57,17 @@ class Eagle3Draft(DraftModel):
         g = self.attend(x, feature, q_index, keys, values, k_index.cat(q_index), backend)
         return g, self.norm(g), keys, values
 
-    def attend(self, x, feature, q_index, keys, values, k_index, backend="auto"):
+    def attend(self, x, feature, q_index, keys, values, k_index, backend="auto", rows=None):
         """A chain step's output feature g from its layer input x, over keys/values at k_index
         (the chain rule: committed context before the anchor, and the block's own slots up to
-        the query's)."""
+        the query's). `rows` (decoding): one query per request, over R equal runs of keys."""
         plan = AttentionPlan(
-            q_index, k_index, window=self.cfg.sliding_window, block_causal=True, backend=backend
+            q_index,
+            k_index,
+            window=self.cfg.sliding_window,
+            block_causal=True,
+            backend=backend,
+            rows=None if rows is None else (rows, len(k_index) // rows),
         )
         o = plan(self.self_attn.q(x, q_index.pos), keys, values, self.self_attn.scale)
         g = feature + self.self_attn.out(o, x)
@@ -99,35 +104,42 @@ class Eagle3Proposer:
     `capacity + gamma` positions; chain step k writes its key at position pos + k in place and
     attends over the whole buffer under the chain rule, so entries past the query's slot (stale
     chain keys, an earlier request's keys) are invisible, and a later commit overwrites the chain
-    keys of the positions it keeps. Sampling draws counter noise as DSparkProposer's does.
+    keys of the positions it keeps. Sampling draws counter noise as DSparkProposer's does, and
+    `rows=R` holds R requests at once as DSparkProposer's rows do.
     `step(temperature)` therefore has fixed shapes and addresses: the decoder captures it in a
     CUDA graph per temperature and replays it for every block of every request."""
 
     static_state = True
 
     def __init__(
-        self, draft: Eagle3Draft, gamma: int, sts: torch.Tensor | None, capacity: int
+        self,
+        draft: Eagle3Draft,
+        gamma: int,
+        sts: torch.Tensor | None,
+        capacity: int,
+        rows: int = 1,
     ) -> None:
         self.draft, self.gamma, self.capacity = draft, gamma, capacity  # no confidence head:
         # STS temperatures do not apply
+        self.rows = rows
         attn, p = draft.self_attn, draft.norm.weight
-        size = capacity + gamma  # the chain of a block at the last position writes past it
-        self.keys = p.new_zeros(size, attn.num_kv_heads, attn.head_dim)
-        self.values = p.new_zeros(size, attn.num_kv_heads, attn.head_dim)
+        self.size = size = capacity + gamma  # a block's chain at the last position writes past it
+        self.keys = p.new_zeros(rows * size, attn.num_kv_heads, attn.head_dim)
+        self.values = p.new_zeros(rows * size, attn.num_kv_heads, attn.head_dim)
         self.index = torch.arange(size, device=p.device)
-        # fused target feature of the last committed position (zero before position 0)
-        self.last_feature = p.new_zeros(1, draft.cfg.hidden_size)
-        self.anchor_in = torch.zeros(1, dtype=torch.long, device=p.device)
-        self.pos_in = torch.zeros(1, dtype=torch.long, device=p.device)
-        self.seed_in = torch.zeros(1, dtype=torch.long, device=p.device)
-        self.draws = torch.zeros(1, dtype=torch.long, device=p.device)  # sampling counter
+        self.row = torch.arange(rows, device=p.device)
+        # fused target feature of each row's last committed position (zero before position 0)
+        self.last_feature = p.new_zeros(rows, draft.cfg.hidden_size)
+        z = torch.zeros(rows, dtype=torch.long, device=p.device)
+        self.anchor_in, self.pos_in, self.seed_in = z, z.clone(), z.clone()
+        self.draws = z.clone()  # sampling counter
         self.confidence_logits = None  # EAGLE-3 has no confidence head
 
-    def reset(self, seed: int = 0) -> None:
-        """A new request: stale keys sit past its positions until overwritten; its draws are
-        counter noise of `seed`."""
+    def reset(self, seed: int | torch.Tensor = 0) -> None:
+        """A new request (or R of them: `seed` per row): stale keys sit past its positions until
+        overwritten; its draws are counter noise of `seed`."""
         self.last_feature.zero_()
-        self.seed_in.fill_(seed)
+        self.seed_in.copy_(torch.as_tensor(seed).expand(self.rows))
         self.draws.zero_()
 
     def commit(
@@ -140,14 +152,29 @@ class Eagle3Proposer:
         """Positions start..start+n-1; the next chain starts from the feature of position
         start + last (default the last one: `last` is a device 0-d tensor when the fused step
         commits a whole verify block; the keys past it are invisible until overwritten)."""
+        self.commit_rows(feats[None], tokens[None], start, None if last is None else last.view(1))
+
+    def commit_rows(
+        self,
+        feats: torch.Tensor,
+        tokens: torch.Tensor,
+        start: int | torch.Tensor,
+        last: torch.Tensor | None = None,
+    ) -> None:
+        """`commit` of every row: features [R, n, m*H], tokens [R, n] at positions start.. (an
+        int, or [R]); `last` [R]."""
         d = self.draft
-        pos = commit_positions(start, feats.shape[0], self.capacity, feats.device)
-        g = d.fuse_context(feats)
-        g_prev = torch.cat((self.last_feature, g[:-1]))
-        k, v = d.self_attn.kv(d._layer_input(tokens, g_prev), pos)
-        self.keys.index_copy_(0, pos, k)
-        self.values.index_copy_(0, pos, v)
-        kept = g[-1:] if last is None else g.index_select(0, last.view(1))
+        r, n = feats.shape[:2]
+        pos = commit_positions(start, n, self.capacity, feats.device).expand(r, n)
+        g = d.fuse_context(feats.flatten(0, 1)).view(r, n, -1)
+        g_prev = torch.cat((self.last_feature[:, None], g[:, :-1]), 1)
+        x = d._layer_input(tokens.flatten(), g_prev.flatten(0, 1))
+        k, v = d.self_attn.kv(x, pos.flatten())
+        flat = (pos + self.size * self.row[:r, None]).flatten()
+        self.keys.index_copy_(0, flat, k)
+        self.values.index_copy_(0, flat, v)
+        at = torch.full((r,), n - 1, device=g.device) if last is None else last
+        kept = g.gather(1, at.view(r, 1, 1).expand(r, 1, g.shape[2]))[:, 0]
         self.last_feature.copy_(kept)  # in place: a graphed proposal reads this buffer
 
     def step_state(self) -> list[torch.Tensor]:
@@ -164,34 +191,43 @@ class Eagle3Proposer:
     def step(self, temperature: float):
         """(tokens, proposal distributions or None, survival, None) from anchor_in / pos_in:
         fixed shapes, no host read; writes only chain keys past the committed positions and the
-        draw counter (what the decoder captures in a graph)."""
-        d, pos = self.draft, self.pos_in
-        rel = self.index - pos  # >= 0: this block's chain slots; < 0: committed context
+        draw counter (what the decoder captures in a graph). One row of `step_rows`."""
+        return tuple(None if t is None else t[0] for t in self.step_rows(temperature))
+
+    def step_rows(self, temperature: float):
+        """`step` of every row: tokens [R, gamma], distributions [R, gamma, V] or None,
+        survival [R, gamma], None."""
+        d, pos, r, row = self.draft, self.pos_in, self.rows, self.row
+        rel = self.index[None] - pos[:, None]  # >= 0: this block's chain slots; < 0: context
         chain = rel >= 0
-        zero = torch.zeros_like(self.index)
+        rows = row[:, None].expand(r, self.size)
         k_index = TokenIndex(
-            seq=zero,
-            pos=self.index,
-            block=torch.where(chain, 0, -1),
-            slot=torch.where(chain, rel, -1),
+            seq=rows.flatten(),
+            pos=self.index.repeat(r),
+            block=torch.where(chain, rows, -1).flatten(),
+            slot=torch.where(chain, rel, -1).flatten(),
         )
         feature, token = self.last_feature, self.anchor_in
         tokens, dists = [], []
         for k in range(self.gamma):
-            q_index = TokenIndex(seq=zero[:1], pos=pos + k, block=zero[:1], slot=zero[:1] + k)
+            q_index = TokenIndex(seq=row, pos=pos + k, block=row, slot=torch.full_like(row, k))
             x = d._layer_input(token, feature)
             key, value = d.self_attn.kv(x, q_index.pos)
-            self.keys.index_copy_(0, q_index.pos, key)
-            self.values.index_copy_(0, q_index.pos, value)
-            feature = d.attend(x, feature, q_index, self.keys, self.values, k_index, "dense")
-            logits = d.target_head.logits(d.norm(feature))[0].float()
-            token, probs = pick_counted(logits, temperature, self.seed_in, self.draws)
+            flat = q_index.pos + self.size * row
+            self.keys.index_copy_(0, flat, key)
+            self.values.index_copy_(0, flat, value)
+            feature = d.attend(
+                x, feature, q_index, self.keys, self.values, k_index, "dense", rows=r
+            )
+            logits = d.target_head.logits(d.norm(feature)).float()
+            picked, probs = pick_counted(logits, temperature, self.seed_in, self.draws)
+            token = picked[:, 0]
             self.draws.add_(1)
             tokens.append(token)
             dists.append(probs)
-        survival = torch.ones(self.gamma, dtype=torch.float64, device=pos.device)
-        dists = torch.stack(dists) if temperature > 0 else None
-        return torch.cat(tokens), dists, survival, None
+        survival = torch.ones(r, self.gamma, dtype=torch.float64, device=pos.device)
+        dists = torch.stack(dists, 1) if temperature > 0 else None
+        return torch.stack(tokens, 1), dists, survival, None
 
 
 def check(cfg: DraftConfig) -> None:

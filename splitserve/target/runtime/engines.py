@@ -11,8 +11,9 @@ block), and `accept(width, accepted)` after a verify step, which keeps the ancho
 - `StaticEngine` (Llama-family targets, `static_llama.StaticLlama`): a static KV cache, one CUDA
   graph per (verify width, cache-length bucket) on a GPU (eager on CPU, same code), features
   returned by the step itself; forgetting rejected drafts costs nothing (see StaticLlama). Its
-  `block(ids, start, extent)` takes the position as a device tensor and is never graphed itself,
-  for the decoder's fused step, which graphs the whole decode step.
+  `block_rows(ids, start, extent)` takes the positions as device tensors and is never graphed
+  itself, for the decoders' fused step, which graphs the whole decode step; with `rows=R` the
+  engine holds R requests at once (serving.batch_decoder: `prefill_rows`, then `block_rows`).
 `make_engine(model, layer_ids, runtime)` picks one: `static` where the target is supported,
 `eager` otherwise; `auto` = static on a GPU for supported targets, else eager.
 """
@@ -111,9 +112,11 @@ class StaticEngine:
         graphs: bool | None = None,
         compile_step: bool = False,
         buckets: list[int] | None = None,
+        rows: int = 1,
     ) -> None:
         self.device = next(model.parameters()).device
-        self.net = StaticLlama(model, max_rows=1, max_len=max_len, capture_ids=list(layer_ids))
+        self.rows = rows
+        self.net = StaticLlama(model, max_rows=rows, max_len=max_len, capture_ids=list(layer_ids))
         self.layer_ids, self.max_len = list(layer_ids), max_len
         self.buckets = sorted(buckets or extent_buckets(max_len))
         if self.buckets[-1] != max_len or self.buckets[0] < 1:
@@ -137,7 +140,7 @@ class StaticEngine:
 
     def _step(self, ids: torch.Tensor, pos: torch.Tensor, extent: int | None = None):
         logits, feats, _ = self.net(ids, pos, extent=extent)
-        return logits[0].float(), feats[0] if feats is not None else None
+        return logits.float(), feats
 
     def begin(self, max_len: int) -> None:
         if max_len > self.max_len:
@@ -151,18 +154,32 @@ class StaticEngine:
         if end > self.max_len:
             raise ValueError(f"positions up to {end - 1}; the static cache holds {self.max_len}")
         pos = torch.arange(start, end, device=self.device)[None]
-        return self.step(ids[None], pos, self.extent_for(end))
+        logits, feats = self.step(ids[None], pos, self.extent_for(end))
+        return logits[0], feats[0] if feats is not None else None
 
     def extent_for(self, end: int) -> int:
         """The cache-length bucket a step writing positions below `end` attends over."""
         return next(b for b in self.buckets if b >= end)
 
-    def block(self, ids: torch.Tensor, start: torch.Tensor, extent: int):
-        """`forward` of ids [n] at positions start.. with `start` a device tensor [1], never
-        graphed here: the call of a caller that captures a larger step in its own graph (the
-        decoder's fused step), which checks positions and picks `extent` on the host."""
-        pos = start + torch.arange(ids.shape[0], device=self.device)
-        return self.step.graph_fn(ids[None], pos[None], extent)
+    def block_rows(self, ids: torch.Tensor, start: torch.Tensor, extent: int):
+        """(logits [R, W, V] fp32, features [R, W, m*H]) of ids [R, W] at positions start.. of
+        each row (`start` a device tensor [R]), never graphed here: the call of a caller that
+        captures a larger step in its own graph (the decoders' fused step), which checks
+        positions and picks `extent` on the host."""
+        pos = start[:, None] + torch.arange(ids.shape[1], device=self.device)
+        return self.step.graph_fn(ids, pos, extent)
+
+    def prefill_rows(self, ids: torch.Tensor, lengths: torch.Tensor):
+        """Prompts of every row at once, eagerly: ids [R, L] (row r's prompt in its first
+        lengths[r] slots, any padding after it) -> (logits at each prompt's last position [R, V]
+        fp32, features [R, L, m*H]). Padding writes the cache past a prompt's end, where no query
+        looks before a verify block has overwritten it."""
+        r, n = ids.shape
+        if n > self.max_len:
+            raise ValueError(f"a prompt of {n} positions; the static cache holds {self.max_len}")
+        pos = torch.arange(n, device=self.device).expand(r, n)
+        logits, feats, _ = self.net(ids, pos, logits_at=lengths - 1, extent=self.extent_for(n))
+        return logits[:, 0].float(), feats
 
     def accept(self, width: int, accepted: int) -> None:
         pass  # the next step overwrites the rejected positions before any query sees them
