@@ -38,10 +38,10 @@
 # them. Measured on two H200s (docs/ablations/tau_h200.md): regen 90-96 samples/s per GPU;
 # training ~76 samples/s over the two GPUs whether 3 or 10 runs share them (time-sliced: three
 # runs of 750 steps take ~9.5 min, ten 2.2 s/step); a trainer with a GPU of its own 0.21-0.23
-# s/step (pass 4, four H200s); evaluation with ~30 decoding processes 4.5-5.5 answers/s (128
-# tokens) in all, ~2.0-2.2 answers/s with 2 processes on one H200 (pass 5; 8 decoder threads in
-# one process were slower on a 64-item test, cause not isolated); speed ~130-150 s. Each
-# serving.evaluate call also spends ~17 s starting (pass 5).
+# s/step (pass 4, four H200s; 0.24-0.26 s for 16,000-sample runs on one H200, pass 6);
+# evaluation at batch 1 ~2.0-2.2 answers/s with 2 processes on one H200 (pass 5), at BATCH=32
+# 21-40 answers/s with one process (pass 6: the six main evaluations and the curve in 240 s);
+# speed ~130-150 s. Each serving.evaluate call also spends ~17 s starting (pass 5).
 #
 # Every draft sees the same samples: the data are regenerated once by `splitserve.regenerate`
 # with the recipe's target settings (+recipe=smol_gpu: three sampling settings, answers up to

@@ -130,16 +130,7 @@ class BatchDecoder:
             for j, res in enumerate(results):
                 if not live[j]:
                     continue
-                n_acc, n_ver = packed[j][0], packed[j][1]
-                emitted = packed[j][2 : 3 + n_acc]
-                if eos is not None and eos in emitted:
-                    emitted = emitted[: emitted.index(eos) + 1]
-                res.token_ids += emitted
-                res.accept_lengths.append(len(emitted))
-                res.verified.append(n_ver)
-                res.accepted.append(n_acc)
-                res.widths.append(width)
-                pos[j] += n_acc + 1
+                pos[j] += res.record(packed[j], width, eos) + 1
                 if len(res.token_ids) >= max_new_tokens or res.token_ids[-1] == eos:
                     live[j] = False
                     finished.append(j)

@@ -63,6 +63,19 @@ class DecodeResult:
     def steps(self) -> int:
         return len(self.accept_lengths)
 
+    def record(self, packed: list[int], width: int, eos: int | None) -> int:
+        """Add one step from its packed row (accepted, scheduled, tokens: FusedStep's layout),
+        the emitted tokens cut after an EOS; returns the accepted draft count."""
+        n_acc, n_ver, emitted = packed[0], packed[1], packed[2 : 3 + packed[0]]
+        if eos is not None and eos in emitted:
+            emitted = emitted[: emitted.index(eos) + 1]
+        self.token_ids += emitted
+        self.accept_lengths.append(len(emitted))
+        self.verified.append(n_ver)
+        self.accepted.append(n_acc)
+        self.widths.append(width)
+        return n_acc
+
 
 def make_proposer(draft, gamma: int, sts: torch.Tensor, capacity: int, rows: int = 1):
     """The decode-time state of `draft`, from its architecture's registry entry (a proposer with
@@ -243,15 +256,7 @@ class SpeculativeDecoder:
                     proposer, propose, pos, budget, temperature, generator
                 )
                 confidence = getattr(proposer, "confidence_logits", None)
-            # packed: the step's one host read
-            n_acc, n_ver, emitted = packed[0], packed[1], packed[2 : 3 + packed[0]]
-            if eos_token_id is not None and eos_token_id in emitted:
-                emitted = emitted[: emitted.index(eos_token_id) + 1]
-            out.token_ids += emitted
-            out.accept_lengths.append(len(emitted))
-            out.verified.append(n_ver)
-            out.accepted.append(n_acc)
-            out.widths.append(width)
+            n_acc = out.record(packed, width, eos_token_id)  # packed: the step's one host read
             if record_confidence and confidence is not None:
                 out.confidence_logits.append(confidence.tolist())
             pos += n_acc + 1
