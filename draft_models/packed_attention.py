@@ -17,8 +17,9 @@ Flex is fast only when compiled, which is what we do on GPU. On CPU (tests, the 
 the **sdpa** backend evaluates the same rule one sequence at a time with a dense boolean mask,
 which bounds memory by the largest sequence's (blocks x block size) x (context + blocks) and
 never forms cross-sequence pairs (finding the sequences reads the device once per forward). The
-**dense** backend is for decoding one block of one sequence: a single [Q, K] mask built from the
-index tensors alone, with no read of the device. All backends share `allowed_pairs`, and tests
+**dense** backend is for decoding: a single [Q, K] mask built from the index tensors alone, with
+no read of the device, or with `rows=(R, C)` one mask per request of R decoded at once (the
+proposers' layout: each row over its own keys). All backends share `allowed_pairs`, and tests
 check they agree. An `AttentionPlan` builds the masks once per forward; every layer reuses them.
 """
 
@@ -163,7 +164,8 @@ def _dense_mask(plan: AttentionPlan):
 
 
 def _row_masks(plan: AttentionPlan, n_keys: int):
-    """(keys of each row [R, Kr] as flat key indices, mask [R, 1, Sq, Kr]) of a rows plan."""
+    """(keys of each row [R, Kr] as flat key indices, or None for one row, mask
+    [R, 1, Sq, Kr]) of a rows plan."""
     r, c = plan.rows
     n_q = len(plan.q_index)
     device = plan.q_index.seq.device
@@ -180,16 +182,18 @@ def _row_masks(plan: AttentionPlan, n_keys: int):
         plan.window,
         plan.block_causal,
     )
-    return keys, mask[:, None]
+    # one row: the flat order is the row's order already, no gather (a copy) is needed
+    return (keys if r > 1 else None), mask[:, None]
 
 
 def _sdpa_rows(q, k, v, prepared, scale):
     keys, mask = prepared
-    r = keys.shape[0]
+    r = mask.shape[0]
+    k, v = (k[None], v[None]) if keys is None else (k[keys], v[keys])
     o = F.scaled_dot_product_attention(
         q.view(r, -1, *q.shape[1:]).transpose(1, 2),
-        k[keys].transpose(1, 2),
-        v[keys].transpose(1, 2),
+        k.transpose(1, 2),
+        v.transpose(1, 2),
         attn_mask=mask,
         scale=scale,
         enable_gqa=q.shape[1] != k.shape[1],

@@ -49,7 +49,8 @@
 # target.regenerate=false (its target only prefills, to capture hidden states).
 # Environment: W (work dir), SAMPLES (the budget), GPUS, PROCS (decoding processes per
 # evaluation), BATCH (requests each of them decodes at once; tau and acceptance are batch 1's,
-# the timed `speed` runs stay at batch 1), LIMIT (items per benchmark), CURVE_LIMIT, TOKENS (new tokens per answer),
+# in bf16 up to rounding; the timed `speed` runs stay at batch 1), LIMIT (items per benchmark),
+# CURVE_LIMIT, TOKENS (new tokens per answer),
 # SPEED_LIMIT (GSM8K items of each timed single-stream run), EVAL_JOBS (the main evaluations,
 # draft-tT, run in that order; default: T=1 of each of RUNS, then greedy; "" for none), RUNS
 # (the main runs `train` starts), ABLATE and SPEED (0: the pipeline skips the ablations / the

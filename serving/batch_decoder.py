@@ -5,11 +5,15 @@ Why: at batch 1 a 135M target and its draft leave an H200 mostly idle between ti
 not fit a session. R requests decoded in lockstep share every kernel.
 
 What it runs: the decoder's fused step (serving.fused_step) over R rows of the static engine and
-of a static-state proposer (DSpark, DFlash, EAGLE-3) or none, one verify width (gamma + 1), the
-fixed or threshold schedule, per row. Each row has its own anchor, position, seed and noise
-counter, so a row emits what the batch-1 decoder emits for that request and seed (exactly, up to
-the last bits of the target's arithmetic at another batch shape), and tau and acceptance by
-position are the batch-1 decoder's. Batching is static: a batch runs until its last row is done,
+of a static-state proposer (DSpark, DFlash, EAGLE-3) or none, the fixed or threshold schedule per
+row, one verify width for every step (the fixed length + 1, or gamma + 1 for the threshold
+schedule; batch 1 narrows a step to what it can verify, so `widths` differ from batch 1's, what
+is verified and accepted does not). Each row has its own anchor, position, seed and noise
+counter, so in exact arithmetic a row emits what the batch-1 decoder emits for that request and
+seed, token for token (the tests: fp64 tiny models, on CPU and graphed on a GPU). In bf16 another
+batch shape rounds the target's and the draft's arithmetic differently, so a near-tie can go the
+other way and an answer diverge from there: tau and acceptance are then batch 1's in
+distribution, not token for token. Batching is static: a batch runs until its last row is done,
 finished rows stand still. Its tokens/s are a throughput of R requests, not a batch-1 speed.
 """
 
@@ -41,6 +45,8 @@ class BatchDecoder:
                 f"not {mode} (DSpark's prefix schedule is joint over rows; decode at batch 1)"
             )
         why = static_refusal(decoder.target)
+        if why is None and decoder.runtime == "eager":
+            why = "was switched off (runtime=eager)"
         if why is not None:
             raise ValueError(f"batch decoding needs the static runtime, which {why}")
         self.decoder, self.rows, self.device = decoder, rows, decoder.device
@@ -54,6 +60,10 @@ class BatchDecoder:
                 decoder.draft, self.gamma, decoder.sts, decoder.max_len, rows=rows
             )
         self.state = StepState.on(self.device, rows)
+        cfg = decoder.scheduler
+        self.width = 1 if decoder.draft is None else self.gamma + 1
+        if decoder.draft is not None and cfg.mode == "fixed":
+            self.width = min(fixed_length(cfg, self.gamma), self.gamma) + 1
         self.step = FusedStep(
             self.engine, self.proposer, self.state, self._schedule, self.engine.graphs
         )
@@ -121,7 +131,7 @@ class BatchDecoder:
         if self.proposer is not None:
             self.proposer.reset(row_seeds)
             self.proposer.commit_rows(feats, ids, 0, last=lens - 1)
-        width = self.gamma + 1
+        width = self.width
         pos = lengths[:n]
         while any(live):
             top = max(p for p, a in zip(pos, live, strict=True) if a) + width

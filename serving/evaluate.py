@@ -18,7 +18,9 @@ use inside the timing. `--no-baseline` skips target-only decoding (tau and accep
 `--procs N` decodes the items in N processes at once (GPUs round-robin) and adds up their sums:
 tau and acceptance are the same as one process's, speeds are not single-stream figures;
 `--batch N` decodes N items at once in each process (serving.batch_decoder: each row emits what
-batch 1 would, so tau and acceptance are batch 1's; speeds are throughputs).
+batch 1 would, token for token in exact arithmetic, so tau and acceptance are batch 1's; in bf16
+up to rounding, as any change of batch shape; speeds are throughputs, `step_ms` is left out and
+`mean_verify_width` is the batch's one width).
 `elapsed_s` and `answers_per_s` say how long the benchmark's decoding took (the slowest process,
 warm-up included; start-up and model loading not).
 """
@@ -242,7 +244,10 @@ def report(sums: dict, gamma: int, scheduler: str, args) -> dict:
     if args.procs > 1:
         notes.append(f"{args.procs} processes decoded at once on shared devices")
     if rep["batch"] > 1:
-        notes.append(f"each decoded {rep['batch']} requests at once (throughput)")
+        notes.append(f"each decoded {rep['batch']} requests at once (throughput; no step time)")
+        for key in ("speculative", "target_only"):
+            if rep[key] is not None:  # wall time over every row's steps is no step's time
+                rep[key]["step_ms"] = None
     if notes:
         rep["timing_note"] = (
             "; ".join(notes) + ": speeds and the speedup are not single-stream figures (run "
@@ -433,8 +438,8 @@ def build_parser():
         "--batch",
         type=cli.POSITIVE,
         default=1,
-        help="requests decoded at once (static runtime; fixed or threshold schedule): tau and "
-        "acceptance are batch 1's, speeds are throughputs",
+        help="requests decoded at once (static runtime; fixed or threshold schedule; one verify "
+        "width): tau and acceptance are batch 1's (bf16: up to rounding), speeds are throughputs",
     )
     ap.add_argument(
         "--no-plot", action="store_true", help="skip acceptance.png (no matplotlib needed)"

@@ -8,12 +8,13 @@ Python, with a read of the device in the middle (docs/bench/runtime.md: 6.48 ms 
 two replays take 3.85 ms). Fused, a step is one replay and one read of the emitted tokens.
 
 What fusing needs, and where the decoder falls back to the split step (`SpeculativeDecoder`):
-every input of a step on the device (`StepState`: anchor, position, tokens left, noise counter);
-a target engine with `block` (the static engine: positions from a device tensor); a proposer
-with static state (or none), whose `commit` takes the whole verify block and a device count of
-what is kept, since nothing on the host knows the acceptance count inside the step; and a verify
-width known on the host before the step (the fixed schedule, or a single width), since a graph
-has one shape. Without graphs (CPU, CI) the same step runs eagerly.
+every input of a step on the device (`StepState`: anchor, position, tokens left, noise counter,
+one row per request); a target engine with `block_rows` (the static engine: positions from a
+device tensor); a proposer with static state (or none), whose `commit_rows` takes the whole
+verify block and a device count of what is kept, since nothing on the host knows the acceptance
+count inside the step; and a verify width known on the host before the step (the fixed
+schedule, or a single width), since a graph has one shape. Without graphs (CPU, CI) the same
+step runs eagerly. The batch-1 decoder runs it over one row, serving.batch_decoder over R.
 """
 
 from __future__ import annotations
@@ -37,8 +38,8 @@ STREAM = 1 << 30  # the decoder's noise seed is the request's + STREAM: its keys
 class StepState:
     """The decode state of R requests (R = 1: the batch-1 decoder) on the device, at fixed
     addresses (graphs read and write it), each [R]: the anchor and its position, the tokens still
-    to emit after it (a row at 0 is finished: it still runs, fixed shapes, but stands still),
-    and the decoder's noise seed and counter."""
+    to emit after it (a row at 0 or below is finished: it still runs, fixed shapes, but stands
+    still), and the decoder's noise seed and counter."""
 
     anchor: torch.Tensor
     pos: torch.Tensor

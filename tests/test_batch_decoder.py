@@ -46,17 +46,23 @@ def test_batch_rows_stop_at_their_own_eos():
     assert got[1].token_ids[-1] == eos and len(got[1].token_ids) <= 6
 
 
-def test_threshold_schedule_rows_match_batch_one():
+@pytest.mark.parametrize(
+    "schedule,width",
+    [(SchedulerConfig("threshold", threshold=0.3), 5), (SchedulerConfig("fixed", length=2), 3)],
+)
+def test_other_schedules_rows_match_batch_one(schedule, width):
+    """The threshold schedule per row, and a fixed length below the block (verified in a width
+    of length + 1, not gamma + 1)."""
     target = tiny_target()
     draft = draft_for(target)
-    single = SpeculativeDecoder(
-        target, draft, runtime="static", max_len=96,
-        scheduler=SchedulerConfig("threshold", threshold=0.3),
-    )  # fmt: skip
-    got = BatchDecoder(single, rows=2).generate(PROMPTS[:2], 25, seeds=[0, 1])
-    for prompt, seed, res in zip(PROMPTS[:2], [0, 1], got, strict=True):
-        ref = single.generate(prompt, 25, seed=seed)
-        assert res.token_ids == ref.token_ids and res.verified == ref.verified
+    single = SpeculativeDecoder(target, draft, runtime="static", max_len=96, scheduler=schedule)
+    batch = BatchDecoder(single, rows=2)
+    for temperature in (0.0, 1.0):
+        got = batch.generate(PROMPTS[:2], 25, temperature=temperature, seeds=[0, 1])
+        for prompt, seed, res in zip(PROMPTS[:2], [0, 1], got, strict=True):
+            ref = single.generate(prompt, 25, temperature=temperature, seed=seed)
+            assert res.token_ids == ref.token_ids and res.verified == ref.verified
+            assert res.accepted == ref.accepted and set(res.widths) == {width}
 
 
 def test_batch_decoder_refusals():
@@ -66,6 +72,8 @@ def test_batch_decoder_refusals():
                                 sps=lambda w: 1.0)  # fmt: skip
     with pytest.raises(ValueError, match="prefix schedule is joint"):
         BatchDecoder(prefix, rows=2)
+    with pytest.raises(ValueError, match="switched off"):
+        BatchDecoder(SpeculativeDecoder(target, draft, runtime="eager", max_len=64), rows=2)
     batch = BatchDecoder(SpeculativeDecoder(target, draft, max_len=64), rows=2)
     with pytest.raises(ValueError, match="prompt 1 needs 65 positions"):
         batch.generate([[1, 2], [3] * 10], 50)

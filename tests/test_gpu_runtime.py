@@ -1,6 +1,6 @@
 """CUDA graphs of the runtime against the same code run eagerly (skipped without a GPU; run on
-the device machine: `python -m pytest -q tests/test_gpu_runtime.py`). fp32 throughout, so a
-graph replay must give exactly what the eager call gives."""
+the device machine: `python -m pytest -q tests/test_gpu_runtime.py`). fp64 tiny models
+throughout, so a graph replay must give exactly what the eager call gives."""
 
 import pytest
 import torch
@@ -105,7 +105,7 @@ def test_graphed_decoding_equals_eager_decoding(arch, mode):
 def test_graphed_batch_decoding_equals_eager_and_batch_one(arch):
     """The batch decoder's graphed fused step over 3 rows against the same rows with graphs off
     (the same tokens and acceptance counts, over two cache-length buckets), and each row against
-    the batch-1 decoder (fp32: the same tokens)."""
+    the batch-1 decoder (fp64 tiny models: the same tokens)."""
     from serving.batch_decoder import BatchDecoder
 
     target = tiny_target().to(CUDA)

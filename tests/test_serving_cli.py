@@ -491,6 +491,7 @@ def test_evaluate_in_batches_reports_batch_one_figures(dspark_ckpt, tmp_path):
                 assert one[key] == two[key], (t, bench, key)
             assert one["speculative"]["tokens"] == two["speculative"]["tokens"]
             assert two["batch"] == 2 and "throughput" in two["timing_note"]
+            assert two["speculative"]["step_ms"] is None and one["speculative"]["step_ms"] > 0
             assert "timing_note" not in one and two["target_only"]["tokens"] > 0
             if t == "0":
                 assert one["identical_to_target_only"] == two["identical_to_target_only"]

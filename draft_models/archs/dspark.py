@@ -113,9 +113,9 @@ class DSparkProposer:
     and sampling draws counter noise of (the request's seed, a draw counter on the device) rather
     than a torch.Generator's stream; so `step(temperature)` has fixed shapes and addresses, and
     the decoder can capture it in a CUDA graph once per temperature and replay it for every block
-    of every request (`reset(seed)` between requests). A static-state proposer's `commit` also
-    takes `start` as a device tensor [1] and a whole verify block of which only positions up to
-    `start + last` (a device 0-d tensor) are kept: the decoder's fused step commits that way
+    of every request (`reset(seed)` between requests). A static-state proposer's `commit_rows`
+    also takes `start` as a device tensor [R] and a whole verify block of which only positions up
+    to `start + last` (a device tensor [R]) are kept: the decoder's fused step commits that way
     without reading the acceptance count, and `step_state()` lists what a step changes besides
     position-indexed buffers.
 

@@ -1,6 +1,7 @@
 """Target engines: how the speculative decoder runs the frozen target for one request.
 
-Every engine keeps one request's target state between steps and offers three calls:
+Every engine keeps one request's target state between steps (the static engine, with `rows`,
+that of R requests for serving.batch_decoder) and offers three calls:
 `begin(max_len)` (a new request), `forward(ids [n], start)` -> (logits [n, V] fp32, captured
 features [n, m*H]) for tokens at positions start..start+n-1 (the prompt, then each verify
 block), and `accept(width, accepted)` after a verify step, which keeps the anchor and the first
