@@ -26,7 +26,7 @@ from splitserve.target.runtime.engines import StaticEngine, static_refusal
 
 from .decoder import DecodeResult, SpeculativeDecoder, make_proposer
 from .fused_step import FusedStep, StepState
-from .scheduler import fixed_length
+from .scheduler import fixed_length, row_lengths
 
 MODES = ("fixed", "threshold")
 
@@ -49,7 +49,7 @@ class BatchDecoder:
             why = "was switched off (runtime=eager)"
         if why is not None:
             raise ValueError(f"batch decoding needs the static runtime, which {why}")
-        self.decoder, self.rows, self.device = decoder, rows, decoder.device
+        self.rows, self.device = rows, decoder.device
         self.gamma, self.max_len = decoder.gamma, decoder.max_len
         self.engine = StaticEngine(
             decoder.target, decoder.layer_ids, max_len=decoder.max_len, graphs=graphs, rows=rows
@@ -65,17 +65,12 @@ class BatchDecoder:
         if decoder.draft is not None and cfg.mode == "fixed":
             self.width = min(fixed_length(cfg, self.gamma), self.gamma) + 1
         self.step = FusedStep(
-            self.engine, self.proposer, self.state, self._schedule, self.engine.graphs
+            self.engine,
+            self.proposer,
+            self.state,
+            lambda survival: row_lengths(survival, cfg),
+            self.engine.graphs,
         )
-
-    def _schedule(self, survival: torch.Tensor) -> torch.Tensor:
-        """Drafts each row may verify, [R] (no host read)."""
-        cfg = self.decoder.scheduler
-        if cfg.mode == "fixed":
-            return survival.new_full(
-                survival.shape[:1], fixed_length(cfg, self.gamma), dtype=torch.long
-            )
-        return torch.cumprod((survival >= cfg.threshold).long(), 1).sum(1)
 
     @torch.no_grad()
     def generate(

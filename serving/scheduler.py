@@ -89,6 +89,19 @@ def fixed_length(cfg: SchedulerConfig, gamma: int) -> int:
     return gamma if cfg.length is None else cfg.length
 
 
+def row_lengths(survival: torch.Tensor, cfg: SchedulerConfig) -> torch.Tensor:
+    """The fixed or threshold decision of each of R requests by itself ([R] long, from survival
+    [R, gamma] on its device, no host read): what batch decoding runs, and a single request's
+    decision in those modes. The prefix schedule is joint over requests (`schedule`)."""
+    if cfg.mode == "fixed":
+        # a fill on the device, not a host-to-device copy (which would wait for the device)
+        n = fixed_length(cfg, survival.shape[-1])
+        return survival.new_full(survival.shape[:1], n, dtype=torch.long)
+    if cfg.mode == "threshold":
+        return torch.cumprod((survival >= cfg.threshold).long(), 1).sum(1)
+    raise ValueError(f"scheduler.mode={cfg.mode} decides jointly over requests, not row by row")
+
+
 def single_request_length(
     survival: torch.Tensor, cfg: SchedulerConfig, sps_by_width: torch.Tensor | None
 ) -> torch.Tensor:
@@ -97,11 +110,8 @@ def single_request_length(
     0..gamma+1 (index 0 unused). For R = 1, Algorithm 1 visits slots in order and admits slot l
     while (1 + a_0 + ... + a_l) * SPS(l + 2) beats the value without it."""
     gamma = survival.shape[0]
-    if cfg.mode == "fixed":
-        # a fill on the device, not a host-to-device copy (which would wait for the device)
-        return survival.new_full((), fixed_length(cfg, gamma), dtype=torch.long)
-    if cfg.mode == "threshold":
-        return torch.cumprod((survival >= cfg.threshold).long(), 0).sum()
+    if cfg.mode != "prefix":
+        return row_lengths(survival[None], cfg)[0]
     if sps_by_width is None:
         raise ValueError(
             "scheduler.mode=prefix needs an SPS table (steps per second by verify width)"
