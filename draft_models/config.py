@@ -19,6 +19,7 @@ ROPES = ("full", "partial", "interleaved", "none")
 ATTENTIONS = ("qwen3", "ling3_mla")
 SEQUENTIAL_HEADS = ("markov", "gated", "rnn", "none")
 DIVERGENCES = ("tv", "forward_kl")
+LOSS_KERNELS = ("auto", "torch", "triton")  # draft_models/loss_kernels.py
 
 
 # Target model types whose SGLang 0.5.23 class captures DSpark states after layer i itself
@@ -127,9 +128,13 @@ class LossConfig:
     divergence: str = "tv"
     confidence_weight: float = 1.0
     position_decay: float = 4.0
-    # Predictions whose vocab-wide tensors are alive at once (about 7 x rows x vocab x 4 bytes:
-    # 1.4 GB at 1,024 rows and SmolLM2's 49,152 tokens); fewer rows, less memory, more launches.
+    # Predictions whose vocab-wide tensors are alive at once (the torch kernel: about 7 x rows x
+    # vocab x 4 bytes, 1.4 GB at 1,024 rows and SmolLM2's 49,152 tokens; Triton: 3 x rows x vocab
+    # x 2 bytes); fewer rows, less memory, more launches.
     chunk_rows: int = 1024
+    # How the vocabulary-wide terms are computed (draft_models/loss_kernels.py): "auto" (Triton
+    # on CUDA, else torch), "torch" or "triton". Same objective; only speed differs.
+    kernel: str = "auto"
 
     def validate(self) -> None:
         if self.divergence not in DIVERGENCES:
@@ -141,6 +146,8 @@ class LossConfig:
             raise bad_value("loss.position_decay", self.position_decay, "a number > 0")
         if self.chunk_rows < 1:
             raise bad_value("loss.chunk_rows", self.chunk_rows, "an integer >= 1")
+        if self.kernel not in LOSS_KERNELS:
+            raise bad_value("loss.kernel", self.kernel, ", ".join(LOSS_KERNELS))
 
 
 @dataclass

@@ -28,6 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
+from . import loss_kernels
 from .config import LossConfig
 from .heads import FrozenTargetHead
 from .models import DraftOutput
@@ -141,40 +142,23 @@ class _FusedObjective(torch.autograd.Function):
             if need_grad and w2 is not None
             else None
         )
+        vocab_terms = loss_kernels.pick(cfg.kernel, hidden.device)
         for start in range(0, rows, cfg.chunk_rows):
             sl = slice(start, start + cfg.chunk_rows)
             z = hidden[sl] @ lm_head.T
             if latent is not None:  # the Markov bias B = latent @ W2^T, added by the GEMM
                 z = torch.addmm(z, latent[sl], w2.T)
-            logp_d = F.log_softmax(z.float(), dim=-1)
+            terms[0, sl], terms[1, sl], metrics[0, sl], metrics[1, sl], g = vocab_terms(
+                z, target_hidden[sl] @ lm_head.T, labels[sl], coef_rows[0, sl],
+                coef_rows[1, sl], cfg.divergence, lm_head.dtype if need_grad else None,
+            )  # fmt: skip
             del z
-            logp_t = F.log_softmax((target_hidden[sl] @ lm_head.T).float(), dim=-1)
-            p_d, p_t = logp_d.exp(), logp_t.exp()
-            lab = labels[sl, None]
-            terms[0, sl] = -logp_d.gather(-1, lab).squeeze(-1)
-            metrics[1, sl] = (logp_d.argmax(-1) == logp_t.argmax(-1)).float()
-            diff = p_d - p_t
-            l1 = diff.abs().sum(-1)
-            if cfg.divergence == "forward_kl":
-                terms[1, sl] = (p_t * (logp_t - logp_d)).sum(-1)
-                g = p_d * p_t.sum(-1, keepdim=True) - p_t if need_grad else None
-            else:
-                terms[1, sl] = l1
-                if need_grad:
-                    g = diff.sign_().mul_(p_d)  # s * p_d, in place of diff
-                    g.addcmul_(p_d, g.sum(-1, keepdim=True), value=-1.0)
-            del logp_d, logp_t, diff
-            metrics[0, sl] = (1.0 - 0.5 * l1).clamp(0.0, 1.0)
             if need_grad:
-                # d loss / d z = coef_ce * (p_d - e_y) + coef_distill * g, per row
-                g.mul_(coef_rows[1, sl, None]).add_(p_d * coef_rows[0, sl, None])
-                g.scatter_add_(-1, lab, -coef_rows[0, sl, None])
-                g = g.to(lm_head.dtype)
                 grad_h[sl] = g @ lm_head
                 if latent is not None:
                     grad_lat[sl] = g @ w2
                     grad_w2 += (g.T @ latent[sl]).float()
-            del p_d, p_t
+            del g
         if conf_logit is not None:
             c = conf_logit.float()
             terms[2] = F.binary_cross_entropy_with_logits(c, metrics[0], reduction="none")

@@ -1,14 +1,15 @@
-"""Benchmark: the training objective, fused (closed-form gradients) against the autograd reference.
+"""Benchmark: the training objective's forms: the autograd reference and the fused objective
+(closed-form gradients) with each of its vocabulary kernels (torch, triton).
 
 On a trainer-shaped micro-batch (smol_gpu: 16 sequences, up to 512 anchors each, block 7, a
-3-layer DSpark draft with its Markov head, SmolLM2's 49,152-token vocabulary), for each loss form
+3-layer DSpark draft with its Markov head, SmolLM2's 49,152-token vocabulary), for each form
 and chunk size: the whole step (draft forward, loss, backward), the loss alone (forward and
 backward from the draft's outputs), and peak memory. The floor beside them, measured in the same
 run: the loss's three unavoidable bf16 matmuls (draft logits, target logits, gradient to the
-hidden states) at the same rows. Also the two forms' agreement on this batch.
+hidden states) at the same rows. Also each form's agreement with the first on this batch.
 
     python scripts/bench_loss.py --out docs/bench/loss_h200.json [--sequences 16] [--length 320]
-        [--chunk-rows 256 1024 4096] [--repeats 5]
+        [--chunk-rows 256 1024 4096] [--repeats 5] [--forms reference,torch,triton]
 
 Random weights and random target states: this measures cost, not quality.
 """
@@ -37,11 +38,14 @@ from draft_models import (  # noqa: E402
 from draft_models.models import DraftOutput  # noqa: E402
 from splitserve.target.config import resolve_dtype  # noqa: E402
 
+FORMS = ("reference", "torch", "triton")  # autograd; the fused objective with each kernel
 
-def loss_of(model, out, batch, fused, chunk_rows):
+
+def loss_of(model, out, batch, form, chunk_rows):
     w2 = model.markov_head.markov_w2.weight if model.sequential_head is not None else None
-    cfg = LossConfig(**{**vars(model.cfg.loss), "chunk_rows": chunk_rows})
-    return distillation_loss(out, batch, model.target_head, cfg, w2, fused=fused)
+    kernel = "torch" if form == "reference" else form
+    cfg = LossConfig(**{**vars(model.cfg.loss), "chunk_rows": chunk_rows, "kernel": kernel})
+    return distillation_loss(out, batch, model.target_head, cfg, w2, fused=form != "reference")
 
 
 def peak_mib(fn, device) -> float | None:
@@ -66,9 +70,21 @@ def main() -> None:
     ap.add_argument("--anchors", type=int, default=512)
     ap.add_argument("--chunk-rows", type=int, nargs="+", default=[256, 1024, 4096])
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument(
+        "--forms",
+        default=",".join(FORMS),
+        help="of: reference (autograd), torch, triton (the fused objective's kernels; "
+        "triton needs CUDA)",
+    )
     args = ap.parse_args()
+    forms = args.forms.split(",")
+    if not forms or any(f not in FORMS for f in forms):
+        ap.error(f"--forms: expected a comma-separated list of {', '.join(FORMS)}")
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if "triton" in forms and device.type != "cuda":
+        forms.remove("triton")
+        print("note: no CUDA device, so no triton form", file=sys.stderr)
     dtype = resolve_dtype("auto", device)
     target = load_target(args.target_shape)
     cfg = DraftConfig(num_layers=args.num_layers, markov_rank=args.markov_rank)
@@ -91,9 +107,9 @@ def main() -> None:
     ).to(device, dtype=dtype)
     rows = int(batch.label_mask.sum())
 
-    def step(fused, chunk):
+    def step(form, chunk):
         model.zero_grad(set_to_none=True)
-        loss_of(model, model(batch), batch, fused, chunk).loss.backward()
+        loss_of(model, model(batch), batch, form, chunk).loss.backward()
 
     out = model(batch)
     leaves = {
@@ -102,19 +118,20 @@ def main() -> None:
         if isinstance(v, torch.Tensor) or v is None
     }
 
-    def loss_only(fused, chunk):
-        loss_of(model, DraftOutput(**leaves), batch, fused, chunk).loss.backward()
+    def loss_only(form, chunk):
+        loss_of(model, DraftOutput(**leaves), batch, form, chunk).loss.backward()
 
-    step(True, args.chunk_rows[0])  # warm-up: flex attention compiles on GPU
+    for form in forms:  # warm-up: flex attention compiles on GPU, Triton compiles its kernel
+        step(form, args.chunk_rows[0])
     runs = []
-    for fused in (False, True):
+    for form in forms:
         for chunk in args.chunk_rows:
             run = {
-                "form": "fused" if fused else "reference",
+                "form": form,
                 "chunk_rows": chunk,
-                "step_ms": 1e3 * timed(lambda: step(fused, chunk), args.repeats, device),  # noqa: B023
-                "loss_ms": 1e3 * timed(lambda: loss_only(fused, chunk), args.repeats, device),  # noqa: B023
-                "step_peak_mib": peak_mib(lambda: step(fused, chunk), device),  # noqa: B023
+                "step_ms": 1e3 * timed(lambda: step(form, chunk), args.repeats, device),  # noqa: B023
+                "loss_ms": 1e3 * timed(lambda: loss_only(form, chunk), args.repeats, device),  # noqa: B023
+                "step_peak_mib": peak_mib(lambda: step(form, chunk), device),  # noqa: B023
             }
             runs.append(run)
             print(json.dumps(run), flush=True)
@@ -130,21 +147,27 @@ def main() -> None:
 
     floor_ms = 1e3 * timed(matmuls, args.repeats, device)
 
-    # agreement of the two forms on this batch (in the run's dtype)
-    results = []
-    for fused in (True, False):
+    # agreement of each form with the first (in the run's dtype): loss, gradients, c*
+    results = {}
+    for form in forms:
         model.zero_grad(set_to_none=True)
-        res = loss_of(model, model(batch), batch, fused, args.chunk_rows[0])
+        res = loss_of(model, model(batch), batch, form, args.chunk_rows[0])
         res.loss.backward()
-        results.append((res, {n: p.grad.float().clone() for n, p in model.named_parameters()}))
-    (a, ga), (b, gb) = results
+        grads = {n: p.grad.float().clone() for n, p in model.named_parameters()}
+        results[form] = (res, grads)
+    b, gb = results[forms[0]]
     agreement = {
-        "loss_rel_diff": abs(a.loss.item() - b.loss.item()) / abs(b.loss.item()),
-        "max_grad_rel_diff": max(
-            float((ga[n] - gb[n]).norm() / (gb[n].norm() + 1e-12)) for n in gb
-        ),
+        f"{form}_vs_{forms[0]}": {
+            "loss_rel_diff": abs(a.loss.item() - b.loss.item()) / abs(b.loss.item()),
+            "max_grad_rel_diff": max(
+                float((ga[n] - gb[n]).norm() / (gb[n].norm() + 1e-12)) for n in gb
+            ),
+            "c_star_max_abs_diff": max(abs(x - y) for x, y in zip(a.c_star, b.c_star, strict=True)),
+        }
+        for form, (a, ga) in results.items()
+        if form != forms[0]
     }
-    fastest = {f: min(r["step_ms"] for r in runs if r["form"] == f) for f in ("fused", "reference")}
+    fastest = {f: min(r["step_ms"] for r in runs if r["form"] == f) for f in forms}
     report = {
         "device": torch.cuda.get_device_name()
         if device.type == "cuda"
@@ -161,7 +184,7 @@ def main() -> None:
         "rows": rows,
         "runs": runs,
         "loss_matmul_floor_ms": floor_ms,
-        "step_speedup_best": fastest["reference"] / fastest["fused"],
+        "step_ms_best": fastest,
         "agreement": agreement,
     }
     print(json.dumps({k: v for k, v in report.items() if k != "runs"}), flush=True)

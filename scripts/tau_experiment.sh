@@ -10,8 +10,8 @@
 #   bash scripts/tau_experiment.sh wait eval S  #   budget curve (background; reports as done)
 #   bash scripts/tau_experiment.sh ablate       # DSpark's ablations on the same file (background)
 #   bash scripts/tau_experiment.sh wait ablate S
-#   bash scripts/tau_experiment.sh eval-ablate  # each ablation job and the baseline, greedy
-#   bash scripts/tau_experiment.sh wait eval-ablate S
+#   bash scripts/tau_experiment.sh eval-ablate  # the baseline and each ablation job, greedy,
+#   bash scripts/tau_experiment.sh wait eval-ablate S  # each as soon as its run has ended
 #   bash scripts/tau_experiment.sh report-ablate DIR  # serving.ablation_report, one per axis
 #   bash scripts/tau_experiment.sh taus         # the tau of every report written so far
 #   bash scripts/tau_experiment.sh sps          # the target's verify steps/s by width (idle GPU)
@@ -23,7 +23,8 @@
 #   bash scripts/tau_experiment.sh follow S     #   order of worth (below); follow polls it
 #
 # pipeline: the SPS table on idle GPUs, regen, the main runs, speed (the GPUs idle again), the
-# main evaluation with the budget curve, the ablations, their evaluation, report-ablate, pack
+# main evaluation with the budget curve, the ablations with their evaluations (each run's as
+# soon as it ends, beside the next run's training), report-ablate, pack
 # into $W/pack. What is cut short by the device's time is what matters least; `pack` run by
 # hand packs whatever exists, and `follow S OUT` leaves the small results so far in OUT (`snap`).
 # GPUS: run k (of RUNS, or of ABL in ABLATIONS' order) trains on GPU k mod GPUS, its target and
@@ -279,8 +280,19 @@ eval-ablate)
   detach eval-ablate/chain eval-ablate-fg
   echo "started: the baseline's and every ablation's evaluation, one after another"
   ;;
-eval-ablate-fg)  # `eval-ablate`'s chain, each over ABL_PROCS processes
-  for run in "$W/runs/dspark" "$W"/ablate/*/; do
+eval-ablate-fg)  # `eval-ablate`'s chain, each over ABL_PROCS processes, in ABL's order: a
+  # run still training is waited for (its evaluation then runs beside the next run's training,
+  # on the same GPU); a run that ended without a summary (failed, or never started) is skipped
+  lanes_alive() {
+    local f
+    for f in "$W"/runs/lane*.pid "$W"/ablate/lane*.pid; do
+      [ -f "$f" ] && kill -0 "$(cat "$f")" 2> /dev/null && return 0
+    done
+    return 1
+  }
+  for run in "$W/runs/dspark" $(for n in $ABL; do echo "$W/ablate/$n"; done); do
+    until [ -f "$run/summary.json" ] || ! lanes_alive; do sleep 5; done
+    [ -f "$run/summary.json" ] || { echo "### $(date +%T) $run: no summary, skipped"; continue; }
     evaluate_one "eval-ablate/$(basename "$run")" --checkpoint "$run" --bench gsm8k,mtbench \
       --limit $ABL_LIMIT --procs $ABL_PROCS
   done
@@ -356,8 +368,8 @@ pipeline-fg)
   step bash "$SELF" wait eval 7200
   if [ "$ABLATE" = 1 ]; then  # last: they matter least
     step bash "$SELF" ablate
+    step bash "$SELF" eval-ablate  # each run's evaluation as soon as it ends
     step bash "$SELF" wait ablate 7200
-    step bash "$SELF" eval-ablate
     step bash "$SELF" wait eval-ablate 7200
     step bash "$SELF" report-ablate "$W/ablate-report"
   fi

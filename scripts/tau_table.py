@@ -19,10 +19,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
 import re
 import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout, installed or not
+
+from serving.intervals import Parts, item_parts, paired_bootstrap  # noqa: E402
 
 DRAFTS = ("dspark", "dflash", "eagle3")
 BENCHES = ("gsm8k", "mtbench", "humaneval")
@@ -165,41 +168,16 @@ def assemble(
     return out
 
 
-def _item_parts(results: Path, draft: str, temp: str) -> dict[str, dict[int, tuple]] | None:
+def _item_parts(results: Path, draft: str, temp: str) -> Parts | None:
     """bench -> {item: (emitted, steps)} of one draft at one temperature; None if a report
     lacks per-item parts."""
     parts = {}
     for bench in BENCHES:
         rep = _load(results / "eval" / f"{draft}-{temp}" / f"{bench}.json")
-        if not rep or "per_item" not in rep:
+        parts[bench] = rep and item_parts(rep)
+        if not parts[bench]:
             return None
-        parts[bench] = {i: (e, n) for i, e, n in rep["per_item"]}
     return parts
-
-
-def paired_bootstrap(a: dict, b: dict, stat, n: int = 2000, seed: int = 0) -> list[float] | None:
-    """95 % interval of stat(macro tau of a, macro tau of b) when each benchmark's items are
-    drawn again with replacement, the same draws for both drafts (they decoded the same items).
-    `a`, `b`: bench -> {item: (emitted, steps)}; None when their items differ."""
-    if any(a[bench].keys() != b[bench].keys() for bench in BENCHES):
-        return None
-    rng = random.Random(seed)
-    items = {bench: sorted(a[bench]) for bench in BENCHES}
-
-    def macro(parts, draws):
-        taus = []
-        for bench in BENCHES:
-            emitted = sum(parts[bench][i][0] for i in draws[bench])
-            steps = sum(parts[bench][i][1] for i in draws[bench])
-            taus.append(emitted / max(1, steps))
-        return sum(taus) / len(taus)
-
-    values = []
-    for _ in range(n):
-        draws = {bench: rng.choices(its, k=len(its)) for bench, its in items.items()}
-        values.append(stat(macro(a, draws), macro(b, draws)))
-    values.sort()
-    return [_r(values[int(0.025 * n)]), _r(values[int(0.975 * n) - 1])]
 
 
 def goals(out: dict, results: Path | None = None) -> dict:

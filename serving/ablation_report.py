@@ -7,8 +7,11 @@ checkpoint) as a Markdown table and a PNG.
 Each job directory (Hydra's SWEEP_DIR/N) must hold `.hydra/overrides.yaml` and a complete
 checkpoint; its newest evaluation at the temperature is read from RUN/eval/step-N-t<T>/<bench>.json.
 Columns: the overrides that differ between jobs, the evaluated checkpoint, draft parameter
-count, draft step latency, the simulated tau of training's last evaluation up to that step, and
-tau per benchmark. A job without an evaluation is listed with empty tau cells, never dropped.
+count, draft step latency, the simulated tau of training's last evaluation up to that step, tau
+per benchmark, and each job's tau minus the first job's with a 95 % paired-bootstrap interval
+over items (where the reports carry `per_item`). A job without an evaluation is listed with empty
+tau cells, never dropped. Results copied without their weights (no complete checkpoint, but
+evaluations) are reported too, without the parameter count.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from safetensors import safe_open
 from splitserve import checkpoint
 
 from . import cli
+from .intervals import item_parts, paired_bootstrap
 
 # where a job ran, not what it trained
 BOOKKEEPING = (
@@ -59,10 +63,10 @@ def read_job(job: Path, temperature: float) -> dict:
     ]
     overrides = [o for o in overrides if not o.startswith(BOOKKEEPING)]
     checkpoints = checkpoint.complete_checkpoints(job)
-    if not checkpoints:
-        raise FileNotFoundError(f"{job}: the run saved no complete checkpoint")
-    evals, step = {}, checkpoints[-1].name
     eval_dirs = sorted((job / "eval").glob(f"step-*-t{temperature:g}"))
+    if not checkpoints and not eval_dirs:
+        raise FileNotFoundError(f"{job}: the run saved no complete checkpoint")
+    evals, step = {}, checkpoints[-1].name if checkpoints else None
     if eval_dirs:
         step = eval_dirs[-1].name.rsplit("-t", 1)[0]
         evals = {f.stem: json.loads(f.read_text()) for f in sorted(eval_dirs[-1].glob("*.json"))}
@@ -76,7 +80,8 @@ def read_job(job: Path, temperature: float) -> dict:
     return {
         "job": str(job),
         "overrides": overrides,
-        "params": _param_count(checkpoints[-1]),
+        # results copied off the machine without weights: the evaluations are still read
+        "params": _param_count(checkpoints[-1]) if checkpoints else None,
         "step": step,
         "sim_tau": sim_tau,
         "evals": evals,
@@ -98,6 +103,8 @@ def markdown(rows: list[dict], benches: list[str], temperature: float) -> str:
         "sim tau (train eval)",
     ]
     head += [f"tau {b}" for b in benches]
+    base = rows[0]
+    head += [f"{b} vs first job (95 %)" for b in benches]
     lines = [
         f"Temperature {temperature:g}; tau = tokens emitted per decode step (bonus included).",
         f"Overrides common to every job: `{' '.join(common) or '(none)'}`",
@@ -116,13 +123,33 @@ def markdown(rows: list[dict], benches: list[str], temperature: float) -> str:
             "/".join(Path(r["job"]).parts[-2:]),
             " ".join(varied) or "(defaults)",
             r["step"],
-            f"{r['params']:,}",
+            "" if r["params"] is None else f"{r['params']:,}",
             _fmt(sum(latency) / len(latency) if latency else None),
             _fmt(r["sim_tau"]),
         ]
         cells += [_fmt(r["evals"][b]["tau"]) if b in r["evals"] else "" for b in benches]
+        cells += ["" if r is base else _difference(r, base, b) for b in benches]
         lines.append("| " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "The last columns: this job's tau minus the first job's, with a 95 % interval from a "
+        "paired bootstrap over the items both decoded (serving/intervals.py); an interval that "
+        "holds 0 does not tell the two apart.",
+    ]
     return "\n".join(lines) + "\n"
+
+
+def _difference(row: dict, base: dict, bench: str) -> str:
+    """tau(row) - tau(base) on one benchmark with its 95 % interval; empty when either lacks
+    per-item parts or they decoded other items."""
+    a, b = (r["evals"].get(bench) for r in (row, base))
+    parts = [p and item_parts(p) for p in (a, b)]
+    if not all(parts):
+        return ""
+    ci = paired_bootstrap({bench: parts[0]}, {bench: parts[1]}, lambda x, y: x - y)
+    if ci is None:
+        return ""
+    return f"{a['tau'] - b['tau']:+.2f} ({ci[0]:+.2f}, {ci[1]:+.2f})"
 
 
 def plot(rows: list[dict], benches: list[str], path: Path, title: str) -> None:

@@ -79,6 +79,10 @@ class LogConfig:
     progress: bool = True
     # a worker in one phase this long prints what it waits on (data, compilation, credit); 0: off
     wait_notice_s: float = 30.0
+    # Trainer rank 0 runs torch.profiler over this many steps from step `profile_start` (0-based)
+    # and writes where their time went to <run_dir>/profile/ (splitserve/profiling.py); 0: off.
+    profile_steps: int = 0
+    profile_start: int = 5
 
 
 @dataclass
@@ -143,6 +147,12 @@ class RunConfig:
             raise bad("split.window", self.split.window, "null or an integer >= 1")
         if self.log.wait_notice_s < 0:
             raise bad("log.wait_notice_s", self.log.wait_notice_s, "a number >= 0 (0: off)")
+        if self.log.profile_steps < 0 or self.log.profile_start < 0:
+            raise bad(
+                "log.profile_steps / log.profile_start",
+                (self.log.profile_steps, self.log.profile_start),
+                "integers >= 0 (profile_steps 0: off)",
+            )
         if self.log.wandb_mode not in ("offline", "online", "disabled"):
             raise bad("log.wandb_mode", self.log.wandb_mode, "offline, online, disabled")
         self.draft._validate_choices()

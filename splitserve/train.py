@@ -78,9 +78,12 @@ def build_topology(cfg: RunConfig, device: str) -> Topology:
 
 
 def _trained_as(draft: DraftConfig) -> DraftConfig:
-    """The config without `loss.chunk_rows`: a memory/speed setting, not what is trained, so a
-    run may resume with another one (a run from before the default rose to 1,024 included)."""
-    return dataclasses.replace(draft, loss=dataclasses.replace(draft.loss, chunk_rows=0))
+    """The config without `loss.chunk_rows` and `loss.kernel`: memory/speed settings, not what
+    is trained, so a run may resume with others (a run from before the default rose to 1,024, or
+    from before the kernel setting existed, included)."""
+    return dataclasses.replace(
+        draft, loss=dataclasses.replace(draft.loss, chunk_rows=0, kernel="auto")
+    )
 
 
 def _check_resume(ckpt_dir: Path, draft: DraftConfig) -> None:

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 import torch.distributed as dist
+from torch.profiler import record_function
 
 from draft_models import (
     DraftConfig,
@@ -182,16 +183,20 @@ class DraftTrainer:
         count, c_star_sum, top1_sum = (torch.zeros(gamma, dtype=torch.float64) for _ in range(3))
         taus = []
         for i in range(0, len(samples), b):
-            batch = self._pack(samples[i : i + b], sample_ids[i : i + b])
-            weight_total = self._global_weight_total(batch)
+            with record_function("splitserve.pack"):
+                batch = self._pack(samples[i : i + b], sample_ids[i : i + b])
+                weight_total = self._global_weight_total(batch)
             if batch is None or not batch.label_mask.any():
                 empty += 1
                 self.engine.backward(self._zero_loss())
                 self.engine.step()
                 continue
-            res = self._loss(batch, weight_total)
-            self.engine.backward(res.loss)
-            self.engine.step()
+            with record_function("splitserve.forward_loss"):
+                res = self._loss(batch, weight_total)
+            with record_function("splitserve.backward"):
+                self.engine.backward(res.loss)
+            with record_function("splitserve.optimizer_step"):
+                self.engine.step()
             totals["loss"] += res.loss.item() / self.cfg.grad_accum
             for k in ("ce", "distill", "conf"):
                 totals[k] += res.parts[k] / self.cfg.grad_accum

@@ -23,6 +23,7 @@ import torch.distributed as dist
 from . import checkpoint as ckpt
 from .config import RunConfig, import_plugins, in_flight
 from .data import Conversation, PromptStream
+from .profiling import StepProfiler
 from .target.backends import TargetBackend, TargetSetup, make_backend
 from .target.models import load_frozen_head, load_target_spec
 from .topology import Topology
@@ -403,6 +404,18 @@ def train_loop(
         )
     b = cfg.micro_batch * cfg.grad_accum
     watch = WaitWatch(f"trainer {rank}", ctx.cfg.log.wait_notice_s)
+    lc = ctx.cfg.log
+    prof = (
+        StepProfiler(
+            lc.profile_start,
+            lc.profile_steps,
+            Path(ctx.run_dir) / "profile",
+            "trainer0",
+            trainer.device,
+        )  # fmt: skip
+        if rank == 0 and lc.profile_steps
+        else None
+    )
     totals = {
         "wait_s": 0.0,
         "compute_s": 0.0,
@@ -419,8 +432,12 @@ def train_loop(
             watch.phase("step", f"step {step + 1}")
             compiled = compile_seconds()
             ids = [g for g, _ in got]
+            if prof is not None:
+                prof.begin(step)
             samples = [s.to_device(trainer.device) for _, s in got]
             metrics = trainer.train_step(samples, ids)
+            if prof is not None:
+                prof.end(step)
             t2 = time.perf_counter()
             compiled = compile_seconds() - compiled
             totals["wait_s"] += t1 - t0
@@ -478,6 +495,8 @@ def train_loop(
                 _save_checkpoint(trainer, ctx, done, rank)
     finally:
         watch.close()
+        if prof is not None:
+            prof.close()
         if log is not None:
             log.close()
     totals["wall_s"] = totals["wait_s"] + totals["compute_s"]

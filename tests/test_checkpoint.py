@@ -245,6 +245,9 @@ def test_resume_accepts_another_chunk_size_but_not_another_objective(tmp_path):
     _check_resume(
         tmp_path, dataclasses.replace(saved, loss=dataclasses.replace(loss, chunk_rows=7))
     )
+    _check_resume(
+        tmp_path, dataclasses.replace(saved, loss=dataclasses.replace(loss, kernel="torch"))
+    )
     for changed, field in (
         (dataclasses.replace(saved, loss=dataclasses.replace(loss, ce_weight=0.5)), "loss"),
         (dataclasses.replace(saved, num_layers=saved.num_layers + 1), "num_layers"),

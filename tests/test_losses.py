@@ -220,3 +220,16 @@ def test_training_reduces_the_loss():
         opt.step()
         first = first if first is not None else res.loss.item()
     assert res.loss.item() < 0.8 * first
+
+
+def test_loss_kernel_is_chosen_by_name_and_a_bad_name_is_refused():
+    from draft_models.loss_kernels import pick, torch_terms, triton_terms
+
+    assert pick("auto", torch.device("cpu")) is torch_terms  # CPU: the torch kernel
+    assert pick("torch", torch.device("cuda")) is torch_terms
+    assert pick("triton", torch.device("cpu")) is triton_terms
+    with pytest.raises(ValueError, match="loss.kernel"):
+        LossConfig(kernel="cuda").validate()
+    z = torch.zeros(2, 5)
+    with pytest.raises((ValueError, RuntimeError), match="loss.kernel=triton"):
+        triton_terms(z, z, torch.zeros(2, dtype=torch.long), z[:, 0], z[:, 0], "tv", None)

@@ -7,6 +7,7 @@ single-process training, exactly-once delivery, resume after SIGKILL, the Ling-3
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -80,8 +81,10 @@ def losses(run_dir: Path) -> dict[int, float]:
 
 
 def test_disaggregated_training_equals_single_process(tmp_path):
+    """...and the profiler (log.profile_steps, on the split run) changes nothing it measures."""
     one = run(compose_cfg(TINY + ["split.colocated=true"]), tmp_path / "colocated")
-    two = run(compose_cfg(TINY), tmp_path / "split")
+    profiled = ["log.profile_steps=2", "log.profile_start=1"]
+    two = run(compose_cfg(TINY + profiled), tmp_path / "split")
     a, b = losses(tmp_path / "colocated"), losses(tmp_path / "split")
     assert sorted(a) == [1, 2, 3, 4]
     for step in a:
@@ -92,6 +95,18 @@ def test_disaggregated_training_equals_single_process(tmp_path):
     ]
     # compilation time is logged apart from the step (none on CPU: flex is not compiled here)
     assert all(0.0 <= r["compile_s"] <= r["step_s"] for r in records)
+    prof = json.loads((tmp_path / "split/profile/trainer0.json").read_text())
+    assert (prof["steps"], prof["start"]) == (2, 1) and prof["wall_ms_per_step"] > 0
+    cpu_ms = {name: p["cpu_ms_per_step"] for name, p in prof["phases"].items()}
+    assert set(cpu_ms) == {
+        "splitserve.pack", "splitserve.forward_loss", "splitserve.backward",
+        "splitserve.optimizer_step",
+    }  # fmt: skip
+    assert all(v > 0 for v in cpu_ms.values())
+    assert sum(cpu_ms.values()) <= prof["wall_ms_per_step"] * 1.05
+    assert prof["device_busy_ms_per_step"] == 0 and prof["top_kernels"] == []  # CPU: no device
+    assert "splitserve.forward_loss" in (tmp_path / "split/profile/trainer0.txt").read_text()
+    assert not (tmp_path / "colocated/profile").exists()
 
 
 @pytest.mark.parametrize("backend,window", [("hf", 3), ("static", 3), ("static", 0)])
@@ -284,13 +299,31 @@ def test_hydra_multirun_ablation_and_its_report(tmp_path, capsys):
     capsys.readouterr()
     assert report_main([str(sweep), "--out", str(tmp_path / "report" / "rope")]) == 0
     table = (tmp_path / "report" / "rope.md").read_text()
-    rows = [
-        line for line in table.splitlines() if line.startswith("| ") and "overrides" not in line
-    ]
+
+    def cells(table):
+        lines = [line for line in table.splitlines() if line.startswith("| ")]
+        head = [c.strip() for c in lines[0].split("|")[1:-1]]
+        return [
+            dict(zip(head, (c.strip() for c in r.split("|")[1:-1]), strict=True)) for r in lines[1:]
+        ]
+
+    rows = cells(table)
     # job 2: no tau
-    assert len(rows) == 3 and "draft.rope=partial" in rows[1] and rows[2].endswith("|  |")
-    assert all(float(r.split("|")[-2]) >= 1.0 for r in rows[:2])
+    assert len(rows) == 3 and rows[1]["varied overrides"] == "draft.rope=partial"
+    assert all(float(r["tau gsm8k"]) >= 1.0 for r in rows[:2]) and rows[2]["tau gsm8k"] == ""
+    # against the first job: the difference and its paired interval over the one item
+    diff = float(rows[1]["tau gsm8k"]) - float(rows[0]["tau gsm8k"])
+    first = rows[1]["gsm8k vs first job (95 %)"]
+    assert first.startswith(f"{diff:+.2f} (") and rows[0]["gsm8k vs first job (95 %)"] == ""
     assert (tmp_path / "report" / "rope.png").read_bytes()[:4] == b"\x89PNG"
+    # results copied without their weights: the same evaluations, no parameter count
+    copied = tmp_path / "copied"
+    shutil.copytree(sweep, copied, ignore=shutil.ignore_patterns("checkpoints"))
+    assert report_main([str(copied / "0"), str(copied / "1"), "--out", str(tmp_path / "c")]) == 0
+    bare = cells((tmp_path / "c.md").read_text())
+    assert [r["tau gsm8k"] for r in bare] == [r["tau gsm8k"] for r in rows[:2]]
+    assert [r["draft params"] for r in bare] == ["", ""] and rows[0]["draft params"] != ""
+    assert report_main([str(copied / "2"), "--out", str(tmp_path / "d")]) == 2  # nothing to read
     assert report_main([str(tmp_path / "report"), "--out", str(tmp_path / "x")]) == 2
     assert "holds no Hydra multirun jobs" in capsys.readouterr().err
 

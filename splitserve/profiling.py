@@ -1,0 +1,120 @@
+"""Where a training step's time goes: torch.profiler over a few steps of trainer rank 0.
+
+`log.profile_steps=N` (with `log.profile_start`, default 5: after compilation and warm-up)
+writes <run_dir>/profile/trainer0.txt (torch's table, by self device time) and trainer0.json:
+the wall time per step, the device's busy time per step (the sum of kernel times; one stream,
+so they do not overlap), the phases the trainer marks (`splitserve.*` ranges: packing, the
+draft's forward and loss, backward, the optimizer step) with the CPU time and device span of
+each, and the costliest kernels. Profiled steps run slower than others (the profiler's own
+cost), so compare figures within one profile, not with the step times in metrics.jsonl.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import torch
+from torch.autograd import DeviceType
+from torch.profiler import ProfilerActivity, profile
+
+ROWS = 40  # operators kept in the table and the JSON
+
+
+def _device_us(evt) -> float:
+    """An event's own device time in microseconds (torch renamed cuda_* to device_*)."""
+    for name in ("self_device_time_total", "self_cuda_time_total"):
+        if hasattr(evt, name):
+            return float(getattr(evt, name))
+    return 0.0
+
+
+def _is_kernel(evt) -> bool:
+    """A device-side event that is a kernel or a copy (not a range marked by user code)."""
+    on_device = getattr(evt, "device_type", DeviceType.CPU) != DeviceType.CPU
+    return on_device and not getattr(evt, "is_user_annotation", False)
+
+
+class StepProfiler:
+    """Profiles steps [start, start + count) of a loop; `begin(step)` / `end(step)` around each."""
+
+    def __init__(self, start: int, count: int, out_dir: Path, name: str, device: torch.device):
+        self.start, self.count, self.out_dir, self.name = start, count, Path(out_dir), name
+        self.device = device
+        self.prof = None
+        self.t0 = 0.0
+
+    def _sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def begin(self, step: int) -> None:
+        if step != self.start:
+            return
+        activities = [ProfilerActivity.CPU]
+        if self.device.type == "cuda":
+            activities.append(ProfilerActivity.CUDA)
+        self._sync()
+        self.prof = profile(activities=activities)
+        self.prof.__enter__()
+        self.t0 = time.perf_counter()
+
+    def end(self, step: int) -> None:
+        """After each step: the profile closes after its last one."""
+        if self.prof is not None and step == self.start + self.count - 1:
+            self._finish(self.count)
+
+    def close(self) -> None:
+        """At the loop's end: a profile still open (the loop ended early) is written as is."""
+        if self.prof is not None:
+            self._finish(None)
+
+    def _finish(self, steps: int | None) -> None:
+        self._sync()
+        wall = time.perf_counter() - self.t0
+        self.prof.__exit__(None, None, None)
+        self.write(wall, steps)
+        self.prof = None
+
+    def write(self, wall: float, steps: int | None) -> None:
+        events = self.prof.key_averages()
+        sort = "self_device_time_total" if self.device.type == "cuda" else "self_cpu_time_total"
+        try:
+            table = events.table(sort_by=sort, row_limit=ROWS)
+        except (AttributeError, KeyError):  # older torch: cuda_* names
+            table = events.table(sort_by=sort.replace("device", "cuda"), row_limit=ROWS)
+        n = steps or 1
+        ms = lambda us: round(us / 1e3 / n, 3)  # noqa: E731  microseconds in all -> ms per step
+        kernels = sorted((e for e in events if _is_kernel(e)), key=_device_us, reverse=True)
+        phases = {}
+        for e in events:  # a range appears twice on a GPU: its CPU span and its device span
+            if not e.key.startswith("splitserve."):
+                continue
+            p = phases.setdefault(e.key, {"cpu_ms_per_step": 0.0, "device_span_ms_per_step": 0.0})
+            if getattr(e, "device_type", DeviceType.CPU) == DeviceType.CPU:
+                p["cpu_ms_per_step"] = ms(e.cpu_time_total)
+            else:
+                p["device_span_ms_per_step"] = ms(_device_us(e))
+        summary = {
+            "steps": steps,  # None: the loop ended before the last profiled step
+            "start": self.start,
+            "wall_ms_per_step": round(wall * 1e3 / n, 3),
+            # the sum of kernel times (one stream: they do not overlap); against the wall time
+            # it says how much of a step the device computes
+            "device_busy_ms_per_step": ms(sum(_device_us(e) for e in kernels)),
+            # each marked phase: the CPU time spent in it (waits for the device included) and,
+            # on a GPU, the span of its kernels from the first one's start to the last one's end
+            "phases": phases,
+            "top_kernels": [
+                {
+                    "name": e.key[:120],
+                    "calls_per_step": round(e.count / n, 2),
+                    "device_ms_per_step": ms(_device_us(e)),
+                }
+                for e in kernels[:ROWS]
+            ],
+        }
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        (self.out_dir / f"{self.name}.txt").write_text(table + "\n")
+        (self.out_dir / f"{self.name}.json").write_text(json.dumps(summary, indent=1) + "\n")
