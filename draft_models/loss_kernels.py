@@ -3,8 +3,8 @@ logits, the loss terms, the metrics and (in training) the gradient with respect 
 
 Two interchangeable kernels (`LossConfig.kernel`), held equal by tests:
 - "torch": eager elementwise ops. Each op reads and writes the whole [rows, vocab] tensor in
-  fp32, about twenty passes per chunk; on an H200 this is ~85 % of the loss's time and ~10x its
-  matmuls (docs/bench/loss_h200.json).
+  fp32, about twenty passes per chunk; on an H200 the loss then took 75 % of a training step and
+  11x its matmuls (docs/bench/loss_h200.json, its torch rows).
 - "triton": one program per row streams the bf16 logits three times (max and normaliser, then
   the sums, then the gradient) and keeps everything else in registers. Triton comes with CUDA
   builds of torch; on CPU (and where triton is missing) "auto" picks "torch".
@@ -159,12 +159,13 @@ def triton_terms(z_d, z_t, labels, coef_ce, coef_distill, divergence, grad_dtype
     out = torch.empty((4, rows), dtype=torch.float32, device=z_d.device)
     g = None if grad_dtype is None else torch.empty((rows, v), dtype=grad_dtype, device=z_d.device)
     if rows:
-        _rows_kernel[(rows,)](
-            z_d, z_t, labels.contiguous(), coef_ce.float().contiguous(),
-            coef_distill.float().contiguous(), out, out if g is None else g, rows, v,
-            z_d.stride(0), z_t.stride(0), 0 if g is None else g.stride(0),
-            FKL=divergence == "forward_kl", GRAD=g is not None, BLOCK=2048, num_warps=8,
-        )  # fmt: skip
+        with torch.cuda.device(z_d.device):  # Triton launches on the current device
+            _rows_kernel[(rows,)](
+                z_d, z_t, labels.contiguous(), coef_ce.float().contiguous(),
+                coef_distill.float().contiguous(), out, out if g is None else g, rows, v,
+                z_d.stride(0), z_t.stride(0), 0 if g is None else g.stride(0),
+                FKL=divergence == "forward_kl", GRAD=g is not None, BLOCK=2048, num_warps=8,
+            )  # fmt: skip
     return out[0], out[1], out[2], out[3], g
 
 

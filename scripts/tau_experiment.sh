@@ -282,7 +282,8 @@ eval-ablate)
   ;;
 eval-ablate-fg)  # `eval-ablate`'s chain, each over ABL_PROCS processes, in ABL's order: a
   # run still training is waited for (its evaluation then runs beside the next run's training,
-  # on the same GPU); a run that ended without a summary (failed, or never started) is skipped
+  # on the same GPU); a run that ended without a summary (failed), or that no lane will start,
+  # is skipped
   lanes_alive() {
     local f
     for f in "$W"/runs/lane*.pid "$W"/ablate/lane*.pid; do
@@ -290,8 +291,11 @@ eval-ablate-fg)  # `eval-ablate`'s chain, each over ABL_PROCS processes, in ABL'
     done
     return 1
   }
+  ended() {  # run dir: its process was started and has exited (with or without a summary)
+    [ -f "$1.pid" ] && ! kill -0 "$(cat "$1.pid")" 2> /dev/null
+  }
   for run in "$W/runs/dspark" $(for n in $ABL; do echo "$W/ablate/$n"; done); do
-    until [ -f "$run/summary.json" ] || ! lanes_alive; do sleep 5; done
+    until [ -f "$run/summary.json" ] || ended "$run" || ! lanes_alive; do sleep 5; done
     [ -f "$run/summary.json" ] || { echo "### $(date +%T) $run: no summary, skipped"; continue; }
     evaluate_one "eval-ablate/$(basename "$run")" --checkpoint "$run" --bench gsm8k,mtbench \
       --limit $ABL_LIMIT --procs $ABL_PROCS

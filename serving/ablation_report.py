@@ -149,7 +149,8 @@ def _difference(row: dict, base: dict, bench: str) -> str:
     ci = paired_bootstrap({bench: parts[0]}, {bench: parts[1]}, lambda x, y: x - y)
     if ci is None:
         return ""
-    return f"{a['tau'] - b['tau']:+.2f} ({ci[0]:+.2f}, {ci[1]:+.2f})"
+    d, lo, hi = (round(x, 2) + 0.0 for x in (a["tau"] - b["tau"], *ci))  # + 0.0: no "-0.00"
+    return f"{d:+.2f} ({lo:+.2f}, {hi:+.2f})"
 
 
 def plot(rows: list[dict], benches: list[str], path: Path, title: str) -> None:

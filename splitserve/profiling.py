@@ -2,11 +2,13 @@
 
 `log.profile_steps=N` (with `log.profile_start`, default 5: after compilation and warm-up)
 writes <run_dir>/profile/trainer0.txt (torch's table, by self device time) and trainer0.json:
-the wall time per step, the device's busy time per step (the sum of kernel times; one stream,
-so they do not overlap), the phases the trainer marks (`splitserve.*` ranges: packing, the
-draft's forward and loss, backward, the optimizer step) with the CPU time and device span of
-each, and the costliest kernels. Profiled steps run slower than others (the profiler's own
-cost), so compare figures within one profile, not with the step times in metrics.jsonl.
+the wall time per step (the window's, so it includes the loop's work between its steps: data
+waits, logging), the device's busy time per step (the sum of kernel times; one stream, so they
+do not overlap), the phases the trainer marks (`splitserve.*` ranges: packing with the loss
+denominator's all-reduce, the draft's forward and loss, backward, the optimizer step) with the
+CPU time and device span of each, and the costliest kernels. Profiled steps run slower than
+others (the profiler's own cost), so compare figures within one profile, not with the step
+times in metrics.jsonl.
 """
 
 from __future__ import annotations
@@ -37,13 +39,15 @@ def _is_kernel(evt) -> bool:
 
 
 class StepProfiler:
-    """Profiles steps [start, start + count) of a loop; `begin(step)` / `end(step)` around each."""
+    """Profiles steps [start, start + count) of a loop; `begin(step)` / `end(step)` around each.
+    A window the loop leaves early is written at `close()` over the steps it did profile."""
 
     def __init__(self, start: int, count: int, out_dir: Path, name: str, device: torch.device):
         self.start, self.count, self.out_dir, self.name = start, count, Path(out_dir), name
         self.device = device
         self.prof = None
         self.t0 = 0.0
+        self.done = 0  # steps profiled so far
 
     def _sync(self) -> None:
         if self.device.type == "cuda":
@@ -62,29 +66,32 @@ class StepProfiler:
 
     def end(self, step: int) -> None:
         """After each step: the profile closes after its last one."""
-        if self.prof is not None and step == self.start + self.count - 1:
-            self._finish(self.count)
+        if self.prof is None:
+            return
+        self.done += 1
+        if self.done == self.count:
+            self._finish()
 
     def close(self) -> None:
         """At the loop's end: a profile still open (the loop ended early) is written as is."""
         if self.prof is not None:
-            self._finish(None)
+            self._finish()
 
-    def _finish(self, steps: int | None) -> None:
+    def _finish(self) -> None:
         self._sync()
         wall = time.perf_counter() - self.t0
         self.prof.__exit__(None, None, None)
-        self.write(wall, steps)
+        self.write(wall, self.done)
         self.prof = None
 
-    def write(self, wall: float, steps: int | None) -> None:
+    def write(self, wall: float, steps: int) -> None:
         events = self.prof.key_averages()
         sort = "self_device_time_total" if self.device.type == "cuda" else "self_cpu_time_total"
         try:
             table = events.table(sort_by=sort, row_limit=ROWS)
         except (AttributeError, KeyError):  # older torch: cuda_* names
             table = events.table(sort_by=sort.replace("device", "cuda"), row_limit=ROWS)
-        n = steps or 1
+        n = max(steps, 1)
         ms = lambda us: round(us / 1e3 / n, 3)  # noqa: E731  microseconds in all -> ms per step
         kernels = sorted((e for e in events if _is_kernel(e)), key=_device_us, reverse=True)
         phases = {}
@@ -97,7 +104,8 @@ class StepProfiler:
             else:
                 p["device_span_ms_per_step"] = ms(_device_us(e))
         summary = {
-            "steps": steps,  # None: the loop ended before the last profiled step
+            "steps": steps,  # fewer than asked: the loop ended inside the window
+            "asked": self.count,
             "start": self.start,
             "wall_ms_per_step": round(wall * 1e3 / n, 3),
             # the sum of kernel times (one stream: they do not overlap); against the wall time

@@ -13,6 +13,7 @@ import functools
 import json
 import math
 import os
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -404,18 +405,7 @@ def train_loop(
         )
     b = cfg.micro_batch * cfg.grad_accum
     watch = WaitWatch(f"trainer {rank}", ctx.cfg.log.wait_notice_s)
-    lc = ctx.cfg.log
-    prof = (
-        StepProfiler(
-            lc.profile_start,
-            lc.profile_steps,
-            Path(ctx.run_dir) / "profile",
-            "trainer0",
-            trainer.device,
-        )  # fmt: skip
-        if rank == 0 and lc.profile_steps
-        else None
-    )
+    prof = _profiler(ctx, trainer) if rank == 0 and ctx.cfg.log.profile_steps else None
     totals = {
         "wait_s": 0.0,
         "compute_s": 0.0,
@@ -495,12 +485,32 @@ def train_loop(
                 _save_checkpoint(trainer, ctx, done, rank)
     finally:
         watch.close()
-        if prof is not None:
-            prof.close()
         if log is not None:
             log.close()
+        if prof is not None:
+            try:  # after a failed step the profile may not close: keep the step's own error
+                prof.close()
+            except Exception as exc:  # noqa: BLE001
+                print(f"warning: the profile could not be written: {exc}", file=sys.stderr)
     totals["wall_s"] = totals["wait_s"] + totals["compute_s"]
     _write_json(Path(ctx.run_dir) / "stats" / f"trainer{rank}.json", totals)
+
+
+def _profiler(ctx: RunContext, trainer: DraftTrainer) -> StepProfiler | None:
+    """log.profile_steps from log.profile_start, or from the first step a resumed run takes;
+    None, with a warning, when the window starts past the run's last step."""
+    lc, steps = ctx.cfg.log, ctx.cfg.train.steps
+    start = max(lc.profile_start, ctx.start_step)
+    if start >= steps:
+        print(
+            f"warning: log.profile_start={lc.profile_start} is past this run's steps "
+            f"({ctx.start_step}..{steps - 1}): no profile",
+            file=sys.stderr,
+        )
+        return None
+    return StepProfiler(
+        start, lc.profile_steps, Path(ctx.run_dir) / "profile", "trainer0", trainer.device
+    )
 
 
 def _build_trainer(ctx: RunContext, rank: int, device: torch.device) -> DraftTrainer:

@@ -1,0 +1,54 @@
+"""The trainer's step profiler (log.profile_steps) on CPU: full windows, windows the loop
+leaves early, windows past the run's end or before a resumed run's first step. (A whole run
+profiled through the workers: tests/test_training.py's disaggregated test.)"""
+
+import json
+from types import SimpleNamespace
+
+import torch
+from torch.profiler import record_function
+
+from splitserve.profiling import StepProfiler
+from splitserve.workers import _profiler
+
+
+def _loop(prof, steps):
+    for step in range(steps):
+        prof.begin(step)
+        with record_function("splitserve.work"):
+            torch.ones(64, 64) @ torch.ones(64, 64)
+        prof.end(step)
+    prof.close()
+
+
+def test_a_window_the_loop_leaves_early_is_written_over_the_steps_it_profiled(tmp_path):
+    _loop(StepProfiler(1, 2, tmp_path / "full", "t", torch.device("cpu")), 5)
+    _loop(StepProfiler(3, 4, tmp_path / "short", "t", torch.device("cpu")), 5)  # steps 3, 4
+    full = json.loads((tmp_path / "full/t.json").read_text())
+    short = json.loads((tmp_path / "short/t.json").read_text())
+    assert (full["steps"], full["asked"], full["start"]) == (2, 2, 1)
+    assert (short["steps"], short["asked"], short["start"]) == (2, 4, 3)
+    for prof in (full, short):  # per step: one marked range and one matmul each
+        assert prof["phases"]["splitserve.work"]["cpu_ms_per_step"] > 0
+        assert 0 < prof["wall_ms_per_step"]
+    assert "splitserve.work" in (tmp_path / "short/t.txt").read_text()
+
+
+def test_the_window_follows_a_resumed_run_and_a_window_past_the_end_warns(tmp_path, capsys):
+    def ctx(start_step, profile_start, steps=10):
+        return SimpleNamespace(
+            cfg=SimpleNamespace(
+                log=SimpleNamespace(profile_start=profile_start, profile_steps=3),
+                train=SimpleNamespace(steps=steps),
+            ),
+            start_step=start_step,
+            run_dir=str(tmp_path),
+        )
+
+    trainer = SimpleNamespace(device=torch.device("cpu"))
+    assert _profiler(ctx(0, 5), trainer).start == 5
+    assert _profiler(ctx(7, 5), trainer).start == 7  # resumed at step 7: profile from there
+    assert _profiler(ctx(0, 10), trainer) is None
+    assert "log.profile_start=10 is past this run's steps (0..9): no profile" in (
+        capsys.readouterr().err
+    )
