@@ -1,0 +1,67 @@
+"""scripts/tau_experiment.sh's control flow on CPU (its GPU work is in docs/ablations): the
+script parses, refuses bad settings, and `eval-ablate` evaluates each run once it has ended,
+skips runs that ended without a summary, and waits for runs still training. `PY` is a stub that
+records each evaluation instead of running it."""
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "scripts" / "tau_experiment.sh"
+
+
+def _env(w: Path, **extra) -> dict:
+    stub = w / "py"
+    stub.write_text('#!/usr/bin/env bash\necho "$@" >> "$(dirname "$0")/calls"\n')
+    stub.chmod(0o755)
+    return {**os.environ, "W": str(w), "PY": str(stub), **extra}
+
+
+def test_the_script_parses_and_refuses_bad_settings(tmp_path):
+    assert subprocess.run(["bash", "-n", str(SCRIPT)]).returncode == 0
+    out = subprocess.run(
+        ["bash", str(SCRIPT), "taus"], env=_env(tmp_path, GPUS="0"), capture_output=True, text=True
+    )
+    assert out.returncode == 1 and "GPUS=0: a positive number of GPUs" in out.stdout
+
+
+def test_eval_ablate_takes_each_run_as_it_ends_and_skips_failed_ones(tmp_path):
+    w = tmp_path
+    for run in ("runs/dspark", "ablate/mla", "ablate/layers1", "ablate/layers2"):
+        (w / run).mkdir(parents=True)
+    (w / "eval-ablate").mkdir()
+    (w / "runs/dspark/summary.json").write_text("{}")
+    (w / "ablate/mla/summary.json").write_text("{}")
+    failed = subprocess.Popen(["true"])  # layers1's process: ended without a summary
+    failed.wait()
+    (w / "ablate/layers1.pid").write_text(str(failed.pid))
+    lane = subprocess.Popen(["sleep", "60"])  # the lane still training layers2
+    (w / "ablate/lane0.pid").write_text(str(lane.pid))
+    chain = subprocess.Popen(
+        ["bash", str(SCRIPT), "eval-ablate-fg"],
+        env=_env(w, ABL="layers1 mla layers2"),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    calls = w / "calls"
+    try:
+        deadline = time.time() + 30
+        while not calls.exists() or calls.read_text().count("\n") < 2:  # dspark, mla
+            assert time.time() < deadline and chain.poll() is None
+            time.sleep(0.2)
+        time.sleep(1)
+        assert chain.poll() is None  # waiting for layers2 while its lane lives
+        (w / "ablate/layers2/summary.json").write_text("{}")
+        lane.send_signal(signal.SIGTERM)
+        out, _ = chain.communicate(timeout=30)
+    finally:
+        lane.kill()
+        chain.kill()
+    checkpoints = [
+        line.split("--checkpoint ")[1].split()[0] for line in calls.read_text().splitlines()
+    ]
+    assert checkpoints == [str(w / r) for r in ("runs/dspark", "ablate/mla", "ablate/layers2")]
+    assert f"{w}/ablate/layers1: no summary, skipped" in out
