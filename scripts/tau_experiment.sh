@@ -18,6 +18,9 @@
 #   bash scripts/tau_experiment.sh speed        # single-stream speedups; STS, SPS, schedulers
 #   bash scripts/tau_experiment.sh pack OUT     # export DSpark, checksums, results archive
 #   bash scripts/tau_experiment.sh snap OUT     # the small results so far (no weights)
+#   bash scripts/tau_experiment.sh data-out OUT # the regenerated file, gzipped in parts of 15 MB
+#   bash scripts/tau_experiment.sh data-in DIR  #   (what a device call brings back), and back
+#                                               #   into W/regen.jsonl, which `regen` then keeps
 #
 #   bash scripts/tau_experiment.sh pipeline     # all of the above in one background job, in
 #   bash scripts/tau_experiment.sh follow S     #   order of worth (below); follow polls it
@@ -174,6 +177,13 @@ start_lanes() {  # runs | ablate: one background lane per GPU that has runs (`la
 case "${1:-}" in
 regen)  # in the background: `wait regen S` polls it
   mkdir -p "$W/regen"
+  if [ -f "$W/regen.jsonl" ]; then  # e.g. brought from an earlier session with data-in
+    n=$(wc -l < "$W/regen.jsonl")
+    echo "kept: $W/regen.jsonl exists ($n samples), not regenerated"
+    [ "$n" -ge $((SAMPLES + EVAL_HELD)) ] ||
+      echo "warning: a run takes $((SAMPLES + EVAL_HELD)) samples (SAMPLES + EVAL_HELD); the file has $n"
+    exit 0
+  fi
   detach regen/regen regen-fg
   echo "started: $REGEN_SAMPLES samples over $GPUS GPUs"
   ;;
@@ -393,6 +403,25 @@ follow)  # print the pipeline's progress every 30 s until it ends or S seconds p
   kill -0 "$(cat "$W/pipeline.pid")" 2> /dev/null || tail -n 40 "$W/pipeline.log" | cut -c1-300
   [ -z "${3:-}" ] || bash "$SELF" snap "$3"
   ;;
+data-out)  # OUT: W/regen.jsonl as OUT/regen.jsonl.gz.partN, each under the 16 MB a device call
+  # brings back (5 M new tokens, 16,000 samples, make ~20 MB gzipped)
+  out=${2:?data-out needs an output directory}
+  [ -f "$W/regen.jsonl" ] || { echo "error: $W/regen.jsonl is missing"; exit 1; }
+  mkdir -p "$out"
+  gzip -c "$W/regen.jsonl" | split -b 15m -d -a 1 - "$out/regen.jsonl.gz.part"
+  n=$(ls "$out"/regen.jsonl.gz.part* | wc -l)
+  [ "$n" -le 8 ] || echo "warning: $n parts; a device call brings back at most 8 files"
+  ls -la "$out"/regen.jsonl.gz.part*
+  ;;
+data-in)  # DIR: the parts data-out wrote -> W/regen.jsonl (refused if one exists)
+  src=${2:?data-in needs the directory of the parts}
+  [ ! -f "$W/regen.jsonl" ] || { echo "error: $W/regen.jsonl exists; not overwritten"; exit 1; }
+  ls "$src"/regen.jsonl.gz.part* > /dev/null || exit 1
+  mkdir -p "$W"
+  cat "$src"/regen.jsonl.gz.part* | gunzip > "$W/regen.jsonl.partial"
+  mv "$W/regen.jsonl.partial" "$W/regen.jsonl"
+  echo "data-in: $(wc -l < "$W/regen.jsonl") samples in $W/regen.jsonl"
+  ;;
 snap)  # OUT: the small results so far (reports, metrics, logs; no weights) as OUT/snap.tar.gz
   out=${2:?snap needs an output directory}
   mkdir -p "$out"
@@ -418,7 +447,7 @@ pack)
   ls -la "$out"
   ;;
 *)
-  sed -n '2,23p' "$0"
+  sed -n '2,/follow S/p' "$0"
   exit 2
   ;;
 esac

@@ -65,3 +65,32 @@ def test_eval_ablate_takes_each_run_as_it_ends_and_skips_failed_ones(tmp_path):
     ]
     assert checkpoints == [str(w / r) for r in ("runs/dspark", "ablate/mla", "ablate/layers2")]
     assert f"{w}/ablate/layers1: no summary, skipped" in out
+
+
+def test_regenerated_data_travel_in_parts_and_regen_keeps_a_file_brought_in(tmp_path):
+    """data-out cuts W/regen.jsonl into gzipped parts (what a device call brings back), data-in
+    puts them together in another W (never over an existing file), and `regen` then keeps
+    the file instead of regenerating, warning when it is shorter than a run needs."""
+    a, b, parts = tmp_path / "a", tmp_path / "b", tmp_path / "parts"
+    a.mkdir()
+    b.mkdir()
+    lines = "".join(f'{{"g": {g}, "messages": []}}\n' for g in range(5000))
+    (a / "regen.jsonl").write_text(lines)
+
+    def script(*args, w, **env):
+        return subprocess.run(
+            ["bash", str(SCRIPT), *args], env=_env(w, **env), capture_output=True, text=True
+        )
+
+    assert script("data-out", str(parts), w=a).returncode == 0
+    assert sorted(p.name for p in parts.iterdir()) == ["regen.jsonl.gz.part0"]
+    out = script("data-in", str(parts), w=b)
+    assert out.returncode == 0 and "5000 samples" in out.stdout
+    assert (b / "regen.jsonl").read_text() == lines
+    again = script("data-in", str(parts), w=b)
+    assert again.returncode == 1 and "exists; not overwritten" in again.stdout
+    kept = script("regen", w=b, SAMPLES="6000")
+    assert kept.returncode == 0 and "kept:" in kept.stdout and "the file has 5000" in kept.stdout
+    assert not (b / "calls").exists()  # nothing regenerated
+    usage = script(w=b)
+    assert usage.returncode == 2 and "data-in DIR" in usage.stdout and "follow S" in usage.stdout
