@@ -15,18 +15,25 @@ import time
 from .workers import RunContext, colocated_main, target_main, trainer_main
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def free_ports(n: int) -> list[int]:
+    """n distinct free ports: every socket stays bound until all are picked (one at a time, the
+    OS may hand out a port just released, and the two stores of a run then collide)."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
 
 
 def launch(ctx: RunContext) -> None:
     base = ctx.cfg.split.master_port
     if base:  # fixed ports (runs started side by side cannot race for the same free port)
         ctx.store_port, ctx.trainer_port = base + 1, base + 2
-    ctx.store_port = ctx.store_port or free_port()
-    ctx.trainer_port = ctx.trainer_port or free_port()
+    if not (ctx.store_port and ctx.trainer_port):
+        ctx.store_port, ctx.trainer_port = free_ports(2)
     spawn = mp.get_context("spawn")
     procs: list[tuple[str, mp.Process]] = []
     if ctx.cfg.split.colocated:
