@@ -97,6 +97,10 @@ mkdir -p "$W"
 [[ $PROCS =~ ^[1-9][0-9]*$ ]] || { echo "error: PROCS=$PROCS: a positive number"; exit 1; }
 [[ $BATCH =~ ^[1-9][0-9]*$ ]] || { echo "error: BATCH=$BATCH: a positive number"; exit 1; }
 
+running() {  # pid file: its process is alive
+  [ -f "$1" ] && kill -0 "$(cat "$1")" 2> /dev/null
+}
+
 waitall() {  # wait for every pid given; fail if any failed
   local rc=0
   for p in "$@"; do wait "$p" || rc=1; done
@@ -239,7 +243,7 @@ wait)
   while :; do
     alive=0
     for f in "$W/$group"/*.pid; do
-      kill -0 "$(cat "$f")" 2> /dev/null && alive=$((alive + 1))
+      running "$f" && alive=$((alive + 1))
     done
     if [ "$group" = regen ]; then
       echo "$(date +%T) $(cat "$W"/regen[0-9]*.jsonl* 2> /dev/null | wc -l) samples written"
@@ -297,12 +301,12 @@ eval-ablate-fg)  # `eval-ablate`'s chain, each over ABL_PROCS processes, in ABL'
   lanes_alive() {
     local f
     for f in "$W"/runs/lane*.pid "$W"/ablate/lane*.pid; do
-      [ -f "$f" ] && kill -0 "$(cat "$f")" 2> /dev/null && return 0
+      running "$f" && return 0
     done
     return 1
   }
   ended() {  # run dir: its process was started and has exited (with or without a summary)
-    [ -f "$1.pid" ] && ! kill -0 "$(cat "$1.pid")" 2> /dev/null
+    [ -f "$1.pid" ] && ! running "$1.pid"
   }
   for run in "$W/runs/dspark" $(for n in $ABL; do echo "$W/ablate/$n"; done); do
     until [ -f "$run/summary.json" ] || ended "$run" || ! lanes_alive; do sleep 5; done
@@ -394,17 +398,17 @@ pipeline-fg)
 follow)  # print the pipeline's progress every 30 s until it ends or S seconds pass; then, if
   # OUT is given, `snap OUT` (so a machine lost later still leaves the results so far)
   end=$((SECONDS + ${2:-540}))
-  while kill -0 "$(cat "$W/pipeline.pid")" 2> /dev/null; do
+  while running "$W/pipeline.pid"; do
     { grep '^### ' "$W/pipeline.log" || true; } | tail -n 1  # none yet at the start
     tail -n 2 "$W/pipeline.log" | cut -c1-200
     [ $SECONDS -ge $end ] && { echo "still running"; break; }
     sleep 30
   done
-  kill -0 "$(cat "$W/pipeline.pid")" 2> /dev/null || tail -n 40 "$W/pipeline.log" | cut -c1-300
+  running "$W/pipeline.pid" || tail -n 40 "$W/pipeline.log" | cut -c1-300
   [ -z "${3:-}" ] || bash "$SELF" snap "$3"
   ;;
 data-out)  # OUT: W/regen.jsonl as OUT/regen.jsonl.gz.partN, each under the 16 MB a device call
-  # brings back (5 M new tokens, 16,000 samples, make ~20 MB gzipped)
+  # brings back
   out=${2:?data-out needs an output directory}
   [ -f "$W/regen.jsonl" ] || { echo "error: $W/regen.jsonl is missing"; exit 1; }
   mkdir -p "$out"
