@@ -174,6 +174,7 @@ def main() -> None:
         else platform.processor() or "cpu",
         "torch": torch.__version__,
         "dtype": str(dtype),
+        "command": " ".join(sys.argv),
         "target_shape": args.target_shape,
         "vocab": target.vocab_size,
         "draft_parameters": model.trainable_parameter_count(),

@@ -25,11 +25,8 @@ ROWS = 40  # operators kept in the table and the JSON
 
 
 def _device_us(evt) -> float:
-    """An event's own device time in microseconds (torch renamed cuda_* to device_*)."""
-    for name in ("self_device_time_total", "self_cuda_time_total"):
-        if hasattr(evt, name):
-            return float(getattr(evt, name))
-    return 0.0
+    """An event's own device time in microseconds."""
+    return float(evt.self_device_time_total)
 
 
 def _is_kernel(evt) -> bool:
@@ -87,10 +84,7 @@ class StepProfiler:
     def write(self, wall: float, steps: int) -> None:
         events = self.prof.key_averages()
         sort = "self_device_time_total" if self.device.type == "cuda" else "self_cpu_time_total"
-        try:
-            table = events.table(sort_by=sort, row_limit=ROWS)
-        except (AttributeError, KeyError):  # older torch: cuda_* names
-            table = events.table(sort_by=sort.replace("device", "cuda"), row_limit=ROWS)
+        table = events.table(sort_by=sort, row_limit=ROWS)
         n = max(steps, 1)
         ms = lambda us: round(us / 1e3 / n, 3)  # noqa: E731  microseconds in all -> ms per step
         kernels = sorted((e for e in events if _is_kernel(e)), key=_device_us, reverse=True)
