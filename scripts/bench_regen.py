@@ -62,7 +62,7 @@ def run_backend(name: str, args, conversations, device) -> tuple[dict, list]:
     sync(device)
     built = time.perf_counter() - t0
     gs = list(range(args.samples))
-    window = backend.window
+    window = backend.window or len(gs)  # 0: one stream over every sample
     out = []
     t0 = time.perf_counter()
     for k in range(0, len(gs), window):
@@ -124,6 +124,7 @@ def main(argv=None) -> None:
             torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor()
         ),
         "torch": torch.__version__,
+        "command": "python scripts/bench_regen.py " + " ".join(argv or sys.argv[1:]),
         "args": vars(args),
         "weight_bytes": weights,
         "copy_bandwidth_GBps": round(bandwidth / 1e9, 1),

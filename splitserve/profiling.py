@@ -1,12 +1,14 @@
 """Where a training step's time goes: torch.profiler over a few steps of trainer rank 0.
 
 `log.profile_steps=N` (with `log.profile_start`, default 5: after compilation and warm-up)
-writes <run_dir>/profile/trainer0.txt (torch's table, by self device time) and trainer0.json:
+writes <run_dir>/profile/trainer0.txt (torch's tables, by self device time and by self CPU time)
+and trainer0.json:
 the wall time per step (the window's, so it includes the loop's work between its steps: data
 waits, logging), the device's busy time per step (the sum of kernel times; one stream, so they
 do not overlap), the phases the trainer marks (`splitserve.*` ranges: packing with the loss
 denominator's all-reduce, the draft's forward and loss, backward, the optimizer step) with the
-CPU time and device span of each, and the costliest kernels. Profiled steps run slower than
+CPU time and device span of each, the costliest kernels and the operators with the most CPU
+time of their own. Profiled steps run slower than
 others (the profiler's own cost), so compare figures within one profile, not with the step
 times in metrics.jsonl.
 """
@@ -83,8 +85,10 @@ class StepProfiler:
 
     def write(self, wall: float, steps: int) -> None:
         events = self.prof.key_averages()
-        sort = "self_device_time_total" if self.device.type == "cuda" else "self_cpu_time_total"
-        table = events.table(sort_by=sort, row_limit=ROWS)
+        table = events.table(sort_by="self_cpu_time_total", row_limit=ROWS)
+        if self.device.type == "cuda":  # by device time first; by CPU time shows host-bound work
+            by_device = events.table(sort_by="self_device_time_total", row_limit=ROWS)
+            table = f"{by_device}\n\nBy self CPU time:\n{table}"
         n = max(steps, 1)
         ms = lambda us: round(us / 1e3 / n, 3)  # noqa: E731  microseconds in all -> ms per step
         kernels = sorted((e for e in events if _is_kernel(e)), key=_device_us, reverse=True)
@@ -115,6 +119,20 @@ class StepProfiler:
                     "device_ms_per_step": ms(_device_us(e)),
                 }
                 for e in kernels[:ROWS]
+            ],
+            # the host's side: operators (and runtime calls) by their own CPU time, which says
+            # whether a step waits on launching work rather than on the device
+            "top_cpu_ops": [
+                {
+                    "name": e.key[:120],
+                    "calls_per_step": round(e.count / n, 2),
+                    "self_cpu_ms_per_step": ms(e.self_cpu_time_total),
+                }
+                for e in sorted(
+                    (e for e in events if not _is_kernel(e)),
+                    key=lambda e: e.self_cpu_time_total,
+                    reverse=True,
+                )[:ROWS]
             ],
         }
         self.out_dir.mkdir(parents=True, exist_ok=True)

@@ -464,6 +464,7 @@ def train_loop(
                 "data_wait_frac": (t1 - t0) / max(t2 - t0, 1e-9),
                 "tokens_per_s": metrics["tokens"] * t.num_trainers / max(t2 - t0, 1e-9),
                 "target_util": target_util(),
+                **_memory_record(trainer.device),
             }
             want_eval = (cfg.eval_every and done % cfg.eval_every == 0) or done == cfg.steps
             if want_eval and t.num_eval:
@@ -532,6 +533,21 @@ def _build_trainer(ctx: RunContext, rank: int, device: torch.device) -> DraftTra
     if ctx.resume_from:
         _load_checkpoint(trainer, ctx)
     return trainer
+
+
+def _memory_record(device: torch.device) -> dict:
+    """The trainer's CUDA allocator state (host-side counters, no sync): memory that grows step
+    after step, or cudaMalloc retries (each frees the cache and synchronises the device), would
+    show why steps slow down over a run (seen on one H200: 0.14 s at the start, 0.37 s by step
+    1,500 of a 30,000-sample run, docs/ablations/tau_h200.md pass 8). Empty off CUDA."""
+    if device.type != "cuda":
+        return {}
+    stats = torch.cuda.memory_stats(device)
+    return {
+        "gpu_allocated_gb": round(stats.get("allocated_bytes.all.current", 0) / 1e9, 3),
+        "gpu_reserved_gb": round(stats.get("reserved_bytes.all.current", 0) / 1e9, 3),
+        "alloc_retries": stats.get("num_alloc_retries", 0),  # since the start (cumulative)
+    }
 
 
 def trainer_main(rank: int, ctx: RunContext) -> None:

@@ -5,6 +5,7 @@ profiled through the workers: tests/test_training.py's disaggregated test.)"""
 import json
 from types import SimpleNamespace
 
+import pytest
 import torch
 from torch.profiler import record_function
 
@@ -31,6 +32,9 @@ def test_a_window_the_loop_leaves_early_is_written_over_the_steps_it_profiled(tm
     for prof in (full, short):  # per step: one marked range and one matmul each
         assert prof["phases"]["splitserve.work"]["cpu_ms_per_step"] > 0
         assert 0 < prof["wall_ms_per_step"]
+        cpu_ops = {op["name"]: op for op in prof["top_cpu_ops"]}  # the host's side, per step
+        assert cpu_ops["aten::mm"]["calls_per_step"] == 1
+        assert cpu_ops["aten::mm"]["self_cpu_ms_per_step"] > 0
     assert "splitserve.work" in (tmp_path / "short/t.txt").read_text()
 
 
@@ -52,3 +56,23 @@ def test_the_window_follows_a_resumed_run_and_a_window_past_the_end_warns(tmp_pa
     assert "log.profile_start=10 is past this run's steps (0..9): no profile" in (
         capsys.readouterr().err
     )
+
+
+def test_the_memory_record_is_empty_off_cuda():
+    from splitserve.workers import _memory_record
+
+    assert _memory_record(torch.device("cpu")) == {}
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_the_memory_record_reads_the_allocator():
+    from splitserve.workers import _memory_record
+
+    dev = torch.device("cuda")
+    before = _memory_record(dev)
+    x = torch.empty(256 << 20, dtype=torch.uint8, device=dev)  # 256 MiB
+    after = _memory_record(dev)
+    assert after["gpu_allocated_gb"] - before["gpu_allocated_gb"] >= 0.26
+    assert after["gpu_reserved_gb"] >= after["gpu_allocated_gb"]
+    assert after["alloc_retries"] >= 0
+    del x

@@ -1,0 +1,28 @@
+"""scripts/bench_regen.py on the real SmolLM2 (CPU, eager): the static backend's one stream over
+every sample (target.produce_window=0, its default) is benchmarked whole. Before, the script cut
+the samples into windows of `backend.window` and a window of 0 stopped it at once (seen on an
+H200)."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_static_backend_regenerates_every_sample_in_one_stream(tmp_path):
+    out = tmp_path / "regen.json"
+    args = ["--out", str(out), "--backends", "static", "--samples", "3", "--slots", "2"]
+    args += ["--max-new-tokens", "4", "--max-length", "256", "--sharegpt", "0", "--device", "cpu"]
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "bench_regen.py"), *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (row,) = json.loads(out.read_text())["rows"]
+    assert row["backend"] == "static" and row["window"] == 3  # one stream over the 3 samples
+    assert 3 <= row["new_tokens"] <= 12  # up to 4 new tokens each
+    assert row["decode_steps"] >= 2 and row["samples_per_s"] > 0
