@@ -536,10 +536,10 @@ def _build_trainer(ctx: RunContext, rank: int, device: torch.device) -> DraftTra
 
 
 def _memory_record(device: torch.device) -> dict:
-    """The trainer's CUDA allocator state (host-side counters, no sync): memory that grows step
-    after step, or cudaMalloc retries (each frees the cache and synchronises the device), would
-    show why steps slow down over a run (seen on one H200: 0.14 s at the start, 0.37 s by step
-    1,500 of a 30,000-sample run, docs/ablations/tau_h200.md pass 8). Empty off CUDA."""
+    """The trainer's CUDA allocator state (host-side counters, no sync). Memory that grows step
+    after step, or cudaMalloc retries (each frees the cache and synchronises the device), is one
+    way steps slow down over a run; logged so that a slowdown can be told apart from one of host
+    work (docs/ablations/tau_h200.md, pass 8). Empty off CUDA."""
     if device.type != "cuda":
         return {}
     stats = torch.cuda.memory_stats(device)
