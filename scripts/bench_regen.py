@@ -5,7 +5,8 @@
 
 Each backend produces the same samples (ids 0..N-1 of the training prompt stream: GSM8K, plus
 ShareGPT for the given share, sampling settings alternating greedy / temperature 1 top_p 0.95)
-exactly as a target worker does: `produce_batch` over windows of `backend.window` samples,
+exactly as a target worker does: `produce_batch` over windows of `backend.window` samples (one
+stream over all of them when that is 0, the static backend's default),
 regeneration and hidden-state capture included. Reported per backend: build time (loading, and
 for static the CUDA-graph capture), wall time, samples/s, new tokens/s, and for static the decode
 steps and time per step beside the floor of one step (the target's weight bytes over this
@@ -19,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -124,7 +126,9 @@ def main(argv=None) -> None:
             torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor()
         ),
         "torch": torch.__version__,
-        "command": "python scripts/bench_regen.py " + " ".join(argv or sys.argv[1:]),
+        "command": shlex.join(
+            ["python", "scripts/bench_regen.py", *(sys.argv[1:] if argv is None else argv)]
+        ),
         "args": vars(args),
         "weight_bytes": weights,
         "copy_bandwidth_GBps": round(bandwidth / 1e9, 1),

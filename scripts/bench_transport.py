@@ -20,7 +20,9 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
 import platform
+import shlex
 import statistics
 import sys
 import time
@@ -76,6 +78,14 @@ def _sample(g: int) -> SequenceSample:
 
 
 def _worker(rank: int, port: int, args, form: str, out) -> None:
+    try:
+        _serve_or_train(rank, port, args, form, out)
+    except BaseException as exc:  # the parent reports it rather than waiting for a timeout
+        out.put(("error", rank, repr(exc)))
+        raise
+
+
+def _serve_or_train(rank: int, port: int, args, form: str, out) -> None:
     store = dist.TCPStore("127.0.0.1", port, 2, is_master=rank == 0, timeout=TIMEOUT)
     link = Link(
         dist.ProcessGroupGloo(dist.PrefixStore("data", store), rank, 2, TIMEOUT),
@@ -100,7 +110,7 @@ def _worker(rank: int, port: int, args, form: str, out) -> None:
         _step_waits(args)
         steps.append(time.perf_counter() - t0)
     receiver._thread.join()
-    out.put((steps, statistics.median(floor), receiver.max_outstanding))
+    out.put(("done", steps, statistics.median(floor), receiver.max_outstanding))
 
 
 def _step_waits(args) -> None:
@@ -115,9 +125,17 @@ def run_form(args, form: str) -> dict:
     procs = [ctx.Process(target=_worker, args=(r, port, args, form, out)) for r in range(2)]
     for p in procs:
         p.start()
-    steps, floor, max_outstanding = out.get(timeout=3600)
-    for p in procs:
-        p.join()
+    try:
+        result = out.get(timeout=3600)
+        if result[0] == "error":
+            raise RuntimeError(f"process {result[1]} failed: {result[2]}")
+        _, steps, floor, max_outstanding = result
+    finally:
+        for p in procs:
+            if p.is_alive() and p.exitcode is None:
+                p.join(timeout=30)
+            if p.is_alive():
+                p.terminate()
     tenth = max(1, len(steps) // 10)
     medians = [
         round(1e3 * statistics.median(steps[k : k + tenth]), 3) for k in range(0, tenth * 10, tenth)
@@ -143,8 +161,14 @@ def main(argv=None) -> None:
     p.add_argument("--micro-batch", type=int, default=16, help="samples per step")
     p.add_argument("--syncs", type=int, default=149, help="GIL-releasing waits per step")
     p.add_argument("--sync-ms", type=float, default=0.1, help="length of each wait")
-    p.add_argument("--forms", default="current,polling", help="receivers to measure, in order")
-    args = p.parse_args(argv)
+    p.add_argument(
+        "--forms",
+        default="current,polling,current,polling",
+        help="receivers to measure, in this order (repeated names run again: alternating them "
+        "spreads the machine's drift over both)",
+    )
+    given = sys.argv[1:] if argv is None else list(argv)
+    args = p.parse_args(given)
     for flag in ("samples", "micro_batch"):
         if getattr(args, flag) < 1:
             p.error(f"--{flag.replace('_', '-')} must be >= 1")
@@ -154,8 +178,10 @@ def main(argv=None) -> None:
     if not set(forms) <= {"current", "polling"} or not forms:
         p.error(f"--forms {args.forms!r}: a comma-separated list of current, polling")
     result = {
-        "command": "python scripts/bench_transport.py " + " ".join(argv or sys.argv[1:]),
+        "command": shlex.join(["python", "scripts/bench_transport.py", *given]),
         "machine": platform.processor() or platform.machine(),
+        "cpus": os.cpu_count(),
+        "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
         "torch": torch.__version__,
         "args": vars(args),
         "rows": [],

@@ -33,10 +33,10 @@
 # GPUS: run k (of RUNS, or of ABL in ABLATIONS' order) trains on GPU k mod GPUS, its target and
 # its trainer both there; a GPU's runs go one after another. A run's own target costs its
 # trainer nothing measurable over 5,000 samples (0.21-0.23 s/step on one H200, pass 5, as with a
-# GPU per trainer on an x4; longer runs slowed down until pass 8's credit fix), while two runs on a
-# GPU are time-sliced (three runs on two GPUs: 0.63-0.69 s/step, pass 3). The main evaluations,
-# then the budget curve, run one at a time in the order given, each over all GPUs (PROCS
-# processes): the one that matters most is done first; so do the ablations' evaluations
+# GPU per trainer on an x4; longer runs slowed down, likely from pass 8's credit bug), while two
+# runs on a GPU are time-sliced (three runs on two GPUs: 0.63-0.69 s/step, pass 3). The main
+# evaluations, then the budget curve, run one at a time in the order given, each over all GPUs
+# (PROCS processes): the one that matters most is done first; so do the ablations' evaluations
 # (ABL_PROCS processes).
 # Background phases run under setsid (they outlive the call that started them while the machine
 # stays warm: keep calls back to back, an idle machine is released after ~30 s); `wait` polls

@@ -88,7 +88,7 @@ class StepProfiler:
         table = events.table(sort_by="self_cpu_time_total", row_limit=ROWS)
         if self.device.type == "cuda":  # by device time first; by CPU time shows host-bound work
             by_device = events.table(sort_by="self_device_time_total", row_limit=ROWS)
-            table = f"{by_device}\n\nBy self CPU time:\n{table}"
+            table = f"By self device time:\n{by_device}\n\nBy self CPU time:\n{table}"
         n = max(steps, 1)
         ms = lambda us: round(us / 1e3 / n, 3)  # noqa: E731  microseconds in all -> ms per step
         kernels = sorted((e for e in events if _is_kernel(e)), key=_device_us, reverse=True)
@@ -121,7 +121,9 @@ class StepProfiler:
                 for e in kernels[:ROWS]
             ],
             # the host's side: operators (and runtime calls) by their own CPU time, which says
-            # whether a step waits on launching work rather than on the device
+            # whether a step waits on launching work rather than on the device. A marked range's
+            # own time (splitserve.*) is the Python between its operators, and with it any wait
+            # for the GIL held by another thread of the process
             "top_cpu_ops": [
                 {
                     "name": e.key[:120],

@@ -544,9 +544,9 @@ def _memory_record(device: torch.device) -> dict:
         return {}
     stats = torch.cuda.memory_stats(device)
     return {
-        "gpu_allocated_gb": round(stats.get("allocated_bytes.all.current", 0) / 1e9, 3),
-        "gpu_reserved_gb": round(stats.get("reserved_bytes.all.current", 0) / 1e9, 3),
-        "alloc_retries": stats.get("num_alloc_retries", 0),  # since the start (cumulative)
+        "gpu_allocated_gb_rank0": round(stats.get("allocated_bytes.all.current", 0) / 1e9, 3),
+        "gpu_reserved_gb_rank0": round(stats.get("reserved_bytes.all.current", 0) / 1e9, 3),
+        "alloc_retries_rank0": stats.get("num_alloc_retries", 0),  # since the start (cumulative)
     }
 
 

@@ -72,7 +72,7 @@ def test_the_memory_record_reads_the_allocator():
     before = _memory_record(dev)
     x = torch.empty(256 << 20, dtype=torch.uint8, device=dev)  # 256 MiB
     after = _memory_record(dev)
-    assert after["gpu_allocated_gb"] - before["gpu_allocated_gb"] >= 0.26
-    assert after["gpu_reserved_gb"] >= after["gpu_allocated_gb"]
-    assert after["alloc_retries"] >= 0
+    assert after["gpu_allocated_gb_rank0"] - before["gpu_allocated_gb_rank0"] >= 0.26
+    assert after["gpu_reserved_gb_rank0"] >= after["gpu_allocated_gb_rank0"]
+    assert after["alloc_retries_rank0"] >= 0
     del x
