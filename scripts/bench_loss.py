@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import shlex
 import sys
 from pathlib import Path
 
@@ -174,7 +175,7 @@ def main() -> None:
         else platform.processor() or "cpu",
         "torch": torch.__version__,
         "dtype": str(dtype),
-        "command": " ".join(sys.argv),
+        "command": shlex.join(["python", *sys.argv]),
         "target_shape": args.target_shape,
         "vocab": target.vocab_size,
         "draft_parameters": model.trainable_parameter_count(),

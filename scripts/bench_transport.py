@@ -38,9 +38,9 @@ sys.path.insert(0, str(ROOT))
 from draft_models import SequenceSample  # noqa: E402
 from splitserve.launch import free_ports  # noqa: E402
 from splitserve.transport import (  # noqa: E402
-    Link,
     SampleReceiver,
     grant_credit,
+    open_link,
     recv_sample,
     serve_samples,
 )
@@ -87,11 +87,7 @@ def _worker(rank: int, port: int, args, form: str, out) -> None:
 
 def _serve_or_train(rank: int, port: int, args, form: str, out) -> None:
     store = dist.TCPStore("127.0.0.1", port, 2, is_master=rank == 0, timeout=TIMEOUT)
-    link = Link(
-        dist.ProcessGroupGloo(dist.PrefixStore("data", store), rank, 2, TIMEOUT),
-        dist.ProcessGroupGloo(dist.PrefixStore("credits", store), rank, 2, TIMEOUT),
-        torch.device("cpu"),
-    )
+    link = open_link(store, rank, 2, TIMEOUT)  # gloo, as on one GPU
     if rank == 0:
         serve_samples(link, range(args.samples), lambda g: 1, _sample)
         return
@@ -132,8 +128,7 @@ def run_form(args, form: str) -> dict:
         _, steps, floor, max_outstanding = result
     finally:
         for p in procs:
-            if p.is_alive() and p.exitcode is None:
-                p.join(timeout=30)
+            p.join(timeout=30)
             if p.is_alive():
                 p.terminate()
     tenth = max(1, len(steps) // 10)

@@ -8,9 +8,8 @@ waits, logging), the device's busy time per step (the sum of kernel times; one s
 do not overlap), the phases the trainer marks (`splitserve.*` ranges: packing with the loss
 denominator's all-reduce, the draft's forward and loss, backward, the optimizer step) with the
 CPU time and device span of each, the costliest kernels and the operators with the most CPU
-time of their own. Profiled steps run slower than
-others (the profiler's own cost), so compare figures within one profile, not with the step
-times in metrics.jsonl.
+time of their own. Profiled steps run slower than others (the profiler's own cost), so compare
+figures within one profile, not with the step times in metrics.jsonl.
 """
 
 from __future__ import annotations

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import torch
+import torch.distributed as dist
 
 from draft_models import SequenceSample
 
@@ -39,6 +40,20 @@ class Link:
     data: object
     credits: object
     device: torch.device
+
+
+def open_link(store, rank: int, size: int, timeout, nccl_device=None) -> Link:
+    """Link rank `rank` of `size` over one store: a gloo credit group and a sample group, NCCL on
+    `nccl_device` when given (workers between distinct GPUs), else gloo with CPU tensors."""
+    credits = dist.ProcessGroupGloo(
+        dist.PrefixStore("splitserve-credits", store), rank, size, timeout
+    )
+    data_store = dist.PrefixStore("splitserve-link", store)
+    if nccl_device is not None:
+        torch.cuda.set_device(nccl_device)
+        nccl = dist.ProcessGroupNCCL(data_store, rank, size, dist.ProcessGroupNCCL.Options())
+        return Link(nccl, credits, nccl_device)
+    return Link(dist.ProcessGroupGloo(data_store, rank, size, timeout), credits, CPU)
 
 
 def send_sample(

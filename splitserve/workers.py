@@ -29,7 +29,7 @@ from .target.backends import TargetBackend, TargetSetup, make_backend
 from .target.models import load_frozen_head, load_target_spec
 from .topology import Topology
 from .trainer import DraftTrainer
-from .transport import Link, SampleReceiver, serve_samples
+from .transport import Link, SampleReceiver, open_link, serve_samples
 from .waits import WaitWatch, compile_seconds
 
 TIMEOUT = datetime.timedelta(minutes=30)
@@ -94,19 +94,8 @@ def _link(ctx: RunContext, link_rank: int, device: torch.device) -> Link:
     store = dist.TCPStore(
         "127.0.0.1", ctx.store_port, size, is_master=link_rank == 0, timeout=TIMEOUT
     )
-    credits = dist.ProcessGroupGloo(
-        dist.PrefixStore("splitserve-credits", store), link_rank, size, TIMEOUT
-    )
-    data_store = dist.PrefixStore("splitserve-link", store)
-    if ctx.link_backend == "nccl":
-        torch.cuda.set_device(device)
-        return Link(
-            dist.ProcessGroupNCCL(data_store, link_rank, size, dist.ProcessGroupNCCL.Options()),
-            credits,
-            device,
-        )
-    return Link(
-        dist.ProcessGroupGloo(data_store, link_rank, size, TIMEOUT), credits, torch.device("cpu")
+    return open_link(
+        store, link_rank, size, TIMEOUT, nccl_device=device if ctx.link_backend == "nccl" else None
     )
 
 

@@ -12,7 +12,7 @@ import torch.multiprocessing as mp
 
 from draft_models import SequenceSample
 from splitserve.launch import free_ports
-from splitserve.transport import Link, SampleReceiver, serve_samples
+from splitserve.transport import SampleReceiver, open_link, serve_samples
 
 SAMPLES = 600  # from target 0; target 1 sends 2, fewer than the window
 WINDOW = 3
@@ -44,11 +44,7 @@ def _worker(rank: int, port: int, out) -> None:
 
 def _serve_or_receive(rank: int, port: int):
     store = dist.TCPStore("127.0.0.1", port, 3, is_master=rank == 0, timeout=TIMEOUT)
-    link = Link(
-        dist.ProcessGroupGloo(dist.PrefixStore("data", store), rank, 3, TIMEOUT),
-        dist.ProcessGroupGloo(dist.PrefixStore("credits", store), rank, 3, TIMEOUT),
-        torch.device("cpu"),
-    )
+    link = open_link(store, rank, 3, TIMEOUT)  # gloo, as on one GPU
     if rank < 2:
         ids = [g for g in PLAN if ROUTE[g] == rank]  # a target sends in the trainer's order
         stats = serve_samples(link, ids, lambda g: 2, _sample)
