@@ -9,7 +9,14 @@ from .config import DraftConfig, LossConfig, TargetSpec, dflash_layer_ids, load_
 from .heads import ConfidenceHead, FrozenTargetHead, GatedMarkovHead, MarkovHead, RNNHead
 from .losses import LossResult, distillation_loss, draft_loss
 from .models import DraftModel, DraftOutput, build_draft
-from .packing import PackedBatch, SequenceSample, pack_blocks, pack_sequences, sample_anchors
+from .packing import (
+    NoAnchorsError,
+    PackedBatch,
+    SequenceSample,
+    pack_blocks,
+    pack_sequences,
+    sample_anchors,
+)
 from .registry import DraftArch, arch_names, get_arch, register_arch, unregister_arch
 from .sampling import pick
 from .sts import StsResult, fit_sts, score_sts
@@ -43,6 +50,7 @@ __all__ = [
     "score_sts",
     "get_arch",
     "load_draft_config",
+    "NoAnchorsError",
     "pack_blocks",
     "pack_sequences",
     "pick",

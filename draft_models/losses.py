@@ -22,8 +22,6 @@ chunk under activation checkpointing) defines the objective; the tests hold the 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
@@ -37,18 +35,59 @@ from .packing import PackedBatch
 PARTS = ("ce", "distill", "conf")
 
 
-@dataclass
 class LossResult:
-    loss: torch.Tensor  # scalar, differentiable
-    parts: dict[str, float] = field(default_factory=dict)  # weighted means of each term
+    """A batch's loss and its metrics. The metrics stay on the device until one is first read;
+    then a single transfer brings them all. A read of the device waits for every kernel queued
+    before it, so the trainer reads them only after it has queued the backward pass and the
+    optimizer step, and the host never stalls in between."""
+
+    def __init__(self, loss: torch.Tensor, metrics: dict[str, torch.Tensor]) -> None:
+        self.loss = loss  # scalar, differentiable
+        self._pending = metrics  # name -> 1-D device tensor
+        self._host: dict[str, list[float]] | None = None
+
+    def _read(self, name: str) -> list[float]:
+        if self._host is None:
+            names = list(self._pending)
+            sizes = [self._pending[k].numel() for k in names]
+            flat = torch.cat([self._pending[k].detach().double().reshape(-1) for k in names])
+            values = flat.tolist()
+            self._host, i = {}, 0
+            for k, size in zip(names, sizes, strict=True):
+                self._host[k], i = values[i : i + size], i + size
+        return self._host[name]
+
+    @property
+    def parts(self) -> dict[str, float]:
+        """Weighted means of each term."""
+        return dict(zip(PARTS, self._read("parts"), strict=True))
+
     # Per block position k (0-based), over valid predictions:
-    c_star: list[float] = field(default_factory=list)  # mean analytic acceptance prob
-    top1: list[float] = field(default_factory=list)  # argmax p_d == argmax p_t
-    confidence: list[float] = field(default_factory=list)  # mean predicted c_k (if a head)
-    count: list[int] = field(default_factory=list)
-    # Simulated accepted length from c*: mean over fully valid blocks of 1 + sum_k prod_{i<=k} c*_i
-    # (bonus token included); nan when no block has all gamma labels.
-    sim_tau: float = float("nan")
+    @property
+    def c_star(self) -> list[float]:
+        """Mean analytic acceptance probability."""
+        return self._read("c_star")
+
+    @property
+    def top1(self) -> list[float]:
+        """How often argmax p_d == argmax p_t."""
+        return self._read("top1")
+
+    @property
+    def confidence(self) -> list[float]:
+        """Mean predicted c_k ([] without a confidence head)."""
+        return self._read("confidence")
+
+    @property
+    def count(self) -> list[int]:
+        return [int(c) for c in self._read("count")]
+
+    @property
+    def sim_tau(self) -> float:
+        """Simulated accepted length from c*: mean over fully valid blocks of
+        1 + sum_k prod_{i<=k} c*_i (bonus token included); nan when no block has all gamma
+        labels."""
+        return self._read("sim_tau")[0]
 
 
 def position_weights(gamma: int, decay: float, device=None) -> torch.Tensor:
@@ -217,7 +256,7 @@ def distillation_loss(
         raise ValueError("pass markov_w2 exactly when the draft has a sequential head")
     lm_head = target_head.lm_head_weight
     mask = batch.label_mask.reshape(-1)
-    rows = torch.nonzero(mask).squeeze(1)
+    rows = torch.nonzero(mask).squeeze(1) if batch.label_rows is None else batch.label_rows
     if rows.numel() == 0:
         raise ValueError("batch has no valid block prediction (every label is masked)")
     slot = torch.arange(gamma, device=mask.device).repeat(n)[rows]
@@ -254,10 +293,12 @@ def distillation_loss(
     if not fused:
         loss = (means * coef).sum()
     return LossResult(
-        loss=loss,
-        parts={name: float(v) for name, v in zip(PARTS, means.detach(), strict=True)},
-        sim_tau=simulated_tau(rows, n, gamma, metrics[0]),
-        **per_position_metrics(slot, gamma, metrics, conf_logit),
+        loss,
+        {
+            "parts": means,
+            "sim_tau": simulated_tau(rows, n, gamma, metrics[0]).reshape(1),
+            **per_position_metrics(slot, gamma, metrics, conf_logit),
+        },
     )
 
 
@@ -277,28 +318,29 @@ def draft_loss(draft, out: DraftOutput, batch: PackedBatch, **normalisation) -> 
 
 
 @torch.no_grad()
-def simulated_tau(rows, n, gamma, c_star) -> float:
-    """Expected accepted length if each draft slot survives with its analytic probability c*."""
+def simulated_tau(rows, n, gamma, c_star) -> torch.Tensor:
+    """Expected accepted length if each draft slot survives with its analytic probability c*
+    (a 0-d device tensor; nan when no block has all gamma labels)."""
     grid = torch.full((n * gamma,), float("nan"), device=c_star.device)
     grid[rows] = c_star.float()
     grid = grid.view(n, gamma)
     full = ~grid.isnan().any(1)
-    if not bool(full.any()):
-        return float("nan")
-    return float((1.0 + torch.cumprod(grid[full], 1).sum(1)).mean())
+    lengths = 1.0 + torch.cumprod(grid.nan_to_num(0.0), 1).sum(1)
+    return (lengths * full).sum() / full.sum()  # 0 / 0 = nan
 
 
 @torch.no_grad()
-def per_position_metrics(slot, gamma, metrics, conf_logit) -> dict:
+def per_position_metrics(slot, gamma, metrics, conf_logit) -> dict[str, torch.Tensor]:
+    """Per block position, as device tensors (LossResult reads them)."""
     count = torch.bincount(slot, minlength=gamma)
     denom = count.clamp(min=1).float()
 
     def mean(v):
-        return (torch.zeros(gamma, device=v.device).index_add_(0, slot, v.float()) / denom).tolist()
+        return torch.zeros(gamma, device=v.device).index_add_(0, slot, v.float()) / denom
 
     return dict(
         c_star=mean(metrics[0]),
         top1=mean(metrics[1]),
-        confidence=mean(torch.sigmoid(conf_logit)) if conf_logit is not None else [],
-        count=count.tolist(),
+        confidence=mean(torch.sigmoid(conf_logit)) if conf_logit is not None else count[:0],
+        count=count,
     )

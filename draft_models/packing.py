@@ -35,6 +35,17 @@ class SequenceSample:
     def to_device(self, device) -> SequenceSample:
         return SequenceSample(*(getattr(self, f.name).to(device) for f in fields(self)))
 
+    def hidden_to(self, device) -> SequenceSample:
+        """The hidden states on `device`, the tokens left where they are (packing plans on the
+        host). Asynchronous when the states are in pinned memory, as the trainer's receiver
+        leaves them for a GPU."""
+        return SequenceSample(
+            self.input_ids,
+            self.loss_mask,
+            self.aux_hidden.to(device, non_blocking=True),
+            self.final_hidden.to(device, non_blocking=True),
+        )
+
     def validate(self, name: str = "sample") -> None:
         length = self.input_ids.shape[0]
         if self.input_ids.dim() != 1:
@@ -64,6 +75,9 @@ class PackedBatch:
     labels: torch.Tensor  # [N, G] x_{p+1+k}
     label_mask: torch.Tensor  # [N, G] bool: label k and every earlier label are loss tokens
     target_hidden: torch.Tensor  # [N, G, H] target final hidden at p + k (zeros where masked)
+    # [R] flat indices of label_mask's true entries, found on the host by the packer, so the loss
+    # selects its rows without reading the device (None: the loss finds them itself)
+    label_rows: torch.Tensor | None = None
 
     @property
     def num_blocks(self) -> int:
@@ -85,6 +99,8 @@ class PackedBatch:
         """Move to a device; cast only the floating tensors (hidden states) to `dtype`."""
 
         def move(t):
+            if t is None:
+                return None
             if isinstance(t, TokenIndex):
                 return TokenIndex(*(f.to(device) for f in t.fields()))
             return t.to(device=device, dtype=dtype if t.is_floating_point() else None)
@@ -115,6 +131,28 @@ def sample_anchors(
     return cand[pick].sort().values
 
 
+class NoAnchorsError(ValueError):
+    """No sequence of a batch has a block to train on (every assistant token truncated away)."""
+
+
+def host_tokens(samples: Sequence[SequenceSample]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """Each sample's input_ids (int64) and loss_mask (bool) on the host. Packing plans every index
+    there, so the device is read at most once per batch (samples received on a GPU), never once
+    per sample: each read waits for all the work queued before it. Validates the samples."""
+    for i, s in enumerate(samples):
+        s.validate(f"samples[{i}]")
+    if all(s.input_ids.device.type == "cpu" and s.loss_mask.device.type == "cpu" for s in samples):
+        return [s.input_ids.long() for s in samples], [s.loss_mask.bool() for s in samples]
+    lengths = [int(s.input_ids.shape[0]) for s in samples]
+    dev = samples[0].input_ids.device
+    flat = torch.cat(
+        [torch.stack((s.input_ids.long().to(dev), s.loss_mask.long().to(dev))) for s in samples],
+        dim=1,
+    ).cpu()
+    ids, mask = flat[0].split(lengths), flat[1].bool().split(lengths)
+    return list(ids), list(mask)
+
+
 def pack_blocks(
     samples: Sequence[SequenceSample],
     anchors: Sequence[torch.Tensor],
@@ -122,80 +160,109 @@ def pack_blocks(
     block_size: int,
     num_slots: int,
     mask_token_id: int,
+    tokens: tuple[list[torch.Tensor], list[torch.Tensor]] | None = None,
 ) -> PackedBatch:
     """Pack the blocks opened by `anchors[i]` in `samples[i]` into one flat batch.
 
     `num_slots` is block_size for DSpark (anchor + gamma-1 masks) and block_size + 1 for DFlash
     and EAGLE-3 (anchor + gamma masks / chain steps). Sequences without anchors contribute nothing.
-    """
+    Every index is computed on the host, over the whole batch at once, and reaches the batch's
+    device (where the hidden states are) in one copy; the hidden states are gathered there. So a
+    batch costs a fixed handful of kernel launches and host work linear in its tokens, and with
+    its tokens on the host it never waits on the device (`tokens`: `host_tokens(samples)`, when
+    the caller has it already; tests/test_gpu_packing.py checks this)."""
     if len(samples) != len(anchors):
         raise ValueError(f"{len(samples)} samples but {len(anchors)} anchor lists")
-    ctx_feat, ctx_ids, ctx_seq, ctx_pos = [], [], [], []
-    blk_ids, blk_seq, blk_anchor, blk_ctx_row = [], [], [], []
-    prev, labels, lmask, thid = [], [], [], []
-    ctx_rows = 0
-    gamma = block_size
-    seq_id = 0
-    for i, (s, a) in enumerate(zip(samples, anchors, strict=True)):
-        s.validate(f"samples[{i}]")
-        if a.numel() == 0:
-            continue
-        length = s.input_ids.shape[0]
+    all_ids, all_mask = host_tokens(samples) if tokens is None else tokens
+    keep = [i for i, a in enumerate(anchors) if a.numel() > 0]
+    if not keep:
+        raise NoAnchorsError(
+            "no anchors in this batch: no sequence has an assistant (loss-masked) token to predict"
+        )
+    ids_h, mask_h = [all_ids[i] for i in keep], [all_mask[i] for i in keep]
+    anc = [anchors[i].long().cpu() for i in keep]
+    lengths = torch.tensor([x.shape[0] for x in ids_h])
+    for i, a, length in zip(keep, anc, lengths.tolist(), strict=True):
         if int(a.min()) < 1 or int(a.max()) >= length - 1:
             raise ValueError(
                 f"samples[{i}]: anchors must lie in [1, {length - 2}], got {a.tolist()}"
             )
-        # Index tensors live where the hidden states are (GPU on a trainer that received them).
-        dev = s.aux_hidden.device
-        a = a.long().to(dev)
-        input_ids, loss_mask = s.input_ids.to(dev), s.loss_mask.to(dev).bool()
-        n_ctx = int(a.max())  # positions 0 .. last_anchor-1 are the only context any block sees
-        ctx_feat.append(s.aux_hidden[:n_ctx])
-        ctx_ids.append(input_ids[:n_ctx])
-        ctx_seq.append(torch.full((n_ctx,), seq_id, dtype=torch.long, device=dev))
-        ctx_pos.append(torch.arange(n_ctx, device=dev))
-
-        k = torch.arange(gamma, device=dev)
-        pred_pos = a[:, None] + 1 + k  # [n, G] positions being predicted
-        valid = pred_pos < length
-        safe_pred = pred_pos.clamp(max=length - 1)
-        prev_pos = (a[:, None] + k).clamp(max=length - 1)
-        ids = torch.full((a.numel(), num_slots), mask_token_id, dtype=torch.long, device=dev)
-        ids[:, 0] = input_ids[a]
-        blk_ids.append(ids)
-        blk_seq.append(torch.full((a.numel(),), seq_id, dtype=torch.long, device=dev))
-        blk_anchor.append(a)
-        blk_ctx_row.append(ctx_rows + a - 1)
-        prev.append(input_ids[prev_pos])
-        labels.append(input_ids[safe_pred])
-        # supervision stops at the first label outside the loss mask (or past the end), as in
-        # DeepSpec: a user turn inside a block ends that block's supervision
-        m = torch.cumprod((valid & loss_mask[safe_pred]).long(), dim=1).bool()
-        lmask.append(m)
-        thid.append(s.final_hidden[prev_pos] * m[..., None].to(s.final_hidden.dtype))
-        ctx_rows += n_ctx
-        seq_id += 1
-    if not blk_ids:
-        raise ValueError(
-            "no anchors in this batch: no sequence has an assistant (loss-masked) token to predict"
-        )
-    ctx_seq_t = torch.cat(ctx_seq)
-    minus_one = torch.full_like(ctx_seq_t, -1)
+    seqs = torch.arange(len(keep))
+    # context: positions 0 .. last_anchor-1 of each sequence, the only ones any block sees
+    n_ctx = torch.stack([a.max() for a in anc])
+    ctx_seq = seqs.repeat_interleave(n_ctx)
+    ctx_start = torch.cumsum(n_ctx, 0) - n_ctx  # first context row of each sequence
+    ctx_pos = torch.arange(int(n_ctx.sum())) - ctx_start[ctx_seq]
+    tok_start = torch.cumsum(lengths, 0) - lengths  # first token of each sequence, flattened
+    flat_ids, flat_mask = torch.cat(ids_h), torch.cat(mask_h)
+    ctx_ids = flat_ids[tok_start[ctx_seq] + ctx_pos]
+    # blocks: anchor p predicts p+1+k from the target's state at p+k (k < gamma)
+    a = torch.cat(anc)
+    blk_seq = seqs.repeat_interleave(torch.tensor([x.numel() for x in anc]))
+    length, start = lengths[blk_seq][:, None], tok_start[blk_seq][:, None]
+    k = torch.arange(block_size)
+    pred_pos = a[:, None] + 1 + k  # [N, G] positions being predicted
+    valid = pred_pos < length
+    safe_pred = torch.minimum(pred_pos, length - 1)
+    prev_rows = start + torch.minimum(a[:, None] + k, length - 1)  # rows of the flat tokens
+    blk_ids = torch.full((a.numel(), num_slots), mask_token_id, dtype=torch.long)
+    blk_ids[:, 0] = flat_ids[start[:, 0] + a]
+    # supervision stops at the first label outside the loss mask (or past the end), as in
+    # DeepSpec: a user turn inside a block ends that block's supervision
+    label_mask = torch.cumprod((valid & flat_mask[start + safe_pred]).long(), dim=1)
+    host = {
+        "ctx_input_ids": ctx_ids,
+        "ctx_seq": ctx_seq,
+        "ctx_pos": ctx_pos,
+        "block_input_ids": blk_ids,
+        "block_seq": blk_seq,
+        "block_anchor": a,
+        "anchor_ctx_row": ctx_start[blk_seq] + a - 1,
+        "prev_tokens": flat_ids[prev_rows],
+        "labels": flat_ids[start + safe_pred],
+        "label_mask": label_mask,
+        "prev_rows": prev_rows,
+        "label_rows": torch.nonzero(label_mask.reshape(-1)).squeeze(1),
+    }
+    dev = samples[keep[0]].aux_hidden.device
+    d = _to_device(host, dev)
+    final = torch.cat([samples[i].final_hidden for i in keep])
+    mask = d["label_mask"].bool()
+    ctx_seq_d = d["ctx_seq"]
+    minus_one = torch.full_like(ctx_seq_d, -1)
     return PackedBatch(
-        ctx_features=torch.cat(ctx_feat),
-        ctx_input_ids=torch.cat(ctx_ids),
-        ctx_index=TokenIndex(
-            seq=ctx_seq_t, pos=torch.cat(ctx_pos), block=minus_one, slot=minus_one.clone()
+        ctx_features=torch.cat(
+            [samples[i].aux_hidden[:n] for i, n in zip(keep, n_ctx.tolist(), strict=True)]
         ),
-        block_input_ids=torch.cat(blk_ids),
-        block_seq=torch.cat(blk_seq),
-        block_anchor=torch.cat(blk_anchor),
-        anchor_ctx_row=torch.cat(blk_ctx_row),
-        prev_tokens=torch.cat(prev),
-        labels=torch.cat(labels),
-        label_mask=torch.cat(lmask),
-        target_hidden=torch.cat(thid),
+        ctx_input_ids=d["ctx_input_ids"],
+        ctx_index=TokenIndex(
+            seq=ctx_seq_d, pos=d["ctx_pos"], block=minus_one, slot=minus_one.clone()
+        ),
+        block_input_ids=d["block_input_ids"],
+        block_seq=d["block_seq"],
+        block_anchor=d["block_anchor"],
+        anchor_ctx_row=d["anchor_ctx_row"],
+        prev_tokens=d["prev_tokens"],
+        labels=d["labels"],
+        label_mask=mask,
+        target_hidden=final[d["prev_rows"]] * mask[..., None].to(final.dtype),
+        label_rows=d["label_rows"],
     )
+
+
+def _to_device(tensors: dict[str, torch.Tensor], device) -> dict[str, torch.Tensor]:
+    """int64 host tensors -> the same on `device`, in one copy (from pinned memory on a GPU, so
+    the copy does not wait for the work already queued there)."""
+    if torch.device(device).type == "cpu":
+        return tensors
+    flat = torch.cat([t.reshape(-1) for t in tensors.values()])
+    flat = flat.pin_memory().to(device, non_blocking=True)
+    return {
+        name: part.view(t.shape)
+        for (name, t), part in zip(
+            tensors.items(), flat.split([t.numel() for t in tensors.values()]), strict=True
+        )
+    }
 
 
 def pack_sequences(
@@ -207,13 +274,21 @@ def pack_sequences(
     mask_token_id: int,
     seed: int,
     sample_ids: Sequence[int] | None = None,
+    tokens: tuple[list[torch.Tensor], list[torch.Tensor]] | None = None,
 ) -> PackedBatch:
-    """Sample anchors (seeded per sample id, so any process packs a sample identically) and pack."""
+    """Sample anchors (seeded per sample id, so any process packs a sample identically) and pack.
+    Raises NoAnchorsError when no sample has a block to train on. `tokens`: as in pack_blocks."""
     sample_ids = list(range(len(samples))) if sample_ids is None else list(sample_ids)
+    tokens = host_tokens(samples) if tokens is None else tokens
     anchors = []
-    for sid, s in zip(sample_ids, samples, strict=True):
+    for sid, mask in zip(sample_ids, tokens[1], strict=True):
         g = torch.Generator().manual_seed((int(seed) * 0x9E37_79B9 + int(sid)) % (1 << 63))
-        anchors.append(sample_anchors(s.loss_mask.cpu(), num_anchors, g))
+        anchors.append(sample_anchors(mask, num_anchors, g))
     return pack_blocks(
-        samples, anchors, block_size=block_size, num_slots=num_slots, mask_token_id=mask_token_id
+        samples,
+        anchors,
+        block_size=block_size,
+        num_slots=num_slots,
+        mask_token_id=mask_token_id,
+        tokens=tokens,
     )

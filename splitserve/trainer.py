@@ -28,7 +28,7 @@ from draft_models import (
     pack_sequences,
 )
 from draft_models.losses import label_weight_total
-from draft_models.packing import anchor_candidates
+from draft_models.packing import NoAnchorsError, host_tokens
 
 from .config import TrainConfig
 
@@ -130,20 +130,24 @@ class DraftTrainer:
         return sum(p.sum() for p in self.draft.parameters()) * 0.0
 
     def _pack(self, samples: Sequence[SequenceSample], sample_ids: Sequence[int]):
-        """The packed batch of `samples` on this device; None when none has a token to predict."""
-        keep = [i for i, s in enumerate(samples) if anchor_candidates(s.loss_mask).numel() > 0]
-        if not keep:
-            return None
+        """The packed batch of `samples` (wherever they are) on this device; None when none has
+        a token to predict. Tokens are read on the host before the hidden states move, so a
+        batch received on the host is packed without one read of the device."""
         c = self.draft_cfg
-        batch = pack_sequences(
-            [samples[i] for i in keep],
-            num_anchors=self.cfg.num_anchors,
-            block_size=c.block_size,
-            num_slots=c.num_slots,
-            mask_token_id=c.mask_token_id,
-            seed=self.cfg.seed,
-            sample_ids=[sample_ids[i] for i in keep],
-        )
+        tokens = host_tokens(samples)
+        try:
+            batch = pack_sequences(
+                [s.hidden_to(self.device) for s in samples],
+                num_anchors=self.cfg.num_anchors,
+                block_size=c.block_size,
+                num_slots=c.num_slots,
+                mask_token_id=c.mask_token_id,
+                seed=self.cfg.seed,
+                sample_ids=sample_ids,
+                tokens=tokens,
+            )
+        except NoAnchorsError:
+            return None
         return batch.to(self.device, dtype=next(self.draft.parameters()).dtype)
 
     def _global_weight_total(self, batch) -> torch.Tensor:
@@ -186,7 +190,7 @@ class DraftTrainer:
             with record_function("splitserve.pack"):
                 batch = self._pack(samples[i : i + b], sample_ids[i : i + b])
                 weight_total = self._global_weight_total(batch)
-            if batch is None or not batch.label_mask.any():
+            if batch is None:  # (a packed block always supervises its first label)
                 empty += 1
                 self.engine.backward(self._zero_loss())
                 self.engine.step()

@@ -87,9 +87,12 @@ def send_sample(
     return []
 
 
-def recv_sample(pg, src: int, device) -> tuple[int, SequenceSample, tuple[float, float]]:
+def recv_sample(
+    pg, src: int, device, pin_memory: bool = False
+) -> tuple[int, SequenceSample, tuple[float, float]]:
     """Receive one sample. On a GPU this runs on the receiver thread's own stream and returns only
-    once the sample is complete (see `SampleReceiver`)."""
+    once the sample is complete (see `SampleReceiver`). `pin_memory`: host buffers for the hidden
+    states are pinned (a GPU trainer on a gloo link copies them on without waiting)."""
     stream = torch.cuda.current_stream(device) if device.type == "cuda" else None
     header = torch.empty(5, dtype=torch.long, device=device)
     pg.recv([header], src, DATA).wait()
@@ -100,8 +103,9 @@ def recv_sample(pg, src: int, device) -> tuple[int, SequenceSample, tuple[float,
     stats = torch.empty(2, dtype=torch.float64, device=device)
     ids = torch.empty(length, dtype=torch.long, device=device)
     mask = torch.empty(length, dtype=torch.uint8, device=device)
-    aux = torch.empty(length, width, dtype=dtype, device=device)
-    final = torch.empty(length, hidden, dtype=dtype, device=device)
+    pin = pin_memory and device.type == "cpu"
+    aux = torch.empty(length, width, dtype=dtype, device=device, pin_memory=pin)
+    final = torch.empty(length, hidden, dtype=dtype, device=device, pin_memory=pin)
     for t in (stats, ids, mask, aux, final):
         pg.recv([t], src, DATA).wait()
     sample = SequenceSample(ids, mask.bool(), aux, final)
@@ -128,8 +132,12 @@ class SampleReceiver:
     would be held to the trainer's step. `take` marks each tensor as used on the consumer's stream
     so the allocator does not hand its memory back to the receiving stream too early."""
 
-    def __init__(self, link: Link, plan: list[tuple[int, int]], window: int) -> None:
-        self.link, self.plan, self.window = link, plan, window
+    def __init__(
+        self, link: Link, plan: list[tuple[int, int]], window: int, pin_memory: bool = False
+    ) -> None:
+        """`pin_memory`: receive the hidden states into pinned host memory (a GPU trainer on a
+        gloo link)."""
+        self.link, self.plan, self.window, self.pin_memory = link, plan, window, pin_memory
         self.queue: queue.Queue = queue.Queue(maxsize=window)
         self.error: BaseException | None = None
         self.target_stats: dict[int, tuple[float, float]] = {}
@@ -173,7 +181,9 @@ class SampleReceiver:
             for _ in range(min(n, self.window)):
                 grant(src)
         for expected_id, src in self.plan:
-            sample_id, sample, stats = recv_sample(self.link.data, src, self.link.device)
+            sample_id, sample, stats = recv_sample(
+                self.link.data, src, self.link.device, self.pin_memory
+            )
             if sample_id != expected_id:
                 raise RuntimeError(
                     f"route from link rank {src}: expected sample {expected_id}, got {sample_id}"

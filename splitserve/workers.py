@@ -413,8 +413,7 @@ def train_loop(
             ids = [g for g, _ in got]
             if prof is not None:
                 prof.begin(step)
-            samples = [s.to_device(trainer.device) for _, s in got]
-            metrics = trainer.train_step(samples, ids)
+            metrics = trainer.train_step([s for _, s in got], ids)
             if prof is not None:
                 prof.end(step)
             t2 = time.perf_counter()
@@ -458,9 +457,7 @@ def train_loop(
             want_eval = (cfg.eval_every and done % cfg.eval_every == 0) or done == cfg.steps
             if want_eval and t.num_eval:
                 watch.phase("evaluation", f"after step {done}")
-                ev = trainer.evaluate(
-                    [s.to_device(trainer.device) for _, s in eval_set], [g for g, _ in eval_set]
-                )
+                ev = trainer.evaluate([s for _, s in eval_set], [g for g, _ in eval_set])
                 vals = _allreduce_mean(
                     [ev["eval_loss"], ev["eval_sim_tau"]] if ev else [float("nan")] * 2
                 )
@@ -549,7 +546,10 @@ def trainer_main(rank: int, ctx: RunContext) -> None:
     plan = [
         (g, t.route(g)[0]) for g in t.trainer_samples(rank, ctx.start_step, ctx.cfg.train.steps)
     ]
-    receiver = SampleReceiver(link, plan, in_flight(ctx.cfg))
+    # a GPU trainer fed over gloo: hidden states land in pinned memory, so their copy to the GPU
+    # is queued without waiting for the step before it
+    pin = device.type == "cuda" and link.device.type == "cpu"
+    receiver = SampleReceiver(link, plan, in_flight(ctx.cfg), pin_memory=pin)
 
     def target_util():
         busy = [receiver.target_stats.get(src, (0.0, 0.0)) for src in t.sources(rank)]

@@ -1,5 +1,6 @@
 """Loss identities on hand-built distributions, gradient routing, frozen target weights."""
 
+import dataclasses
 import math
 
 import pytest
@@ -94,6 +95,21 @@ def test_masked_positions_do_not_count():
     res = distillation_loss(DraftOutput(hidden=P_D.log()), batch, head, LossConfig())
     assert res.count == [1, 0]
     assert res.parts["distill"] == pytest.approx(0.6, abs=1e-6)
+    assert math.isnan(res.sim_tau)  # no block has all its labels
+
+
+def test_simulated_tau_averages_only_fully_labelled_blocks():
+    p_d, p_t = P_D.expand(3, -1, -1).clone(), P_T.expand(3, -1, -1).clone()
+    p_t[1] = p_d[1]  # c* = 1 at both positions: 1 + 1 + 1
+    head, batch = hand_batch(p_d, p_t, LABELS.expand(3, -1))
+    batch.label_mask[2, 1] = False  # not fully labelled: left out
+    res = distillation_loss(DraftOutput(hidden=p_d.log()), batch, head, LossConfig())
+    assert res.sim_tau == pytest.approx(((1 + 0.7 + 0.7) + 3.0) / 2, abs=1e-6)
+    # label_rows from a packer: the same rows, found on the host
+    rows = torch.nonzero(batch.label_mask.reshape(-1)).squeeze(1)
+    given = dataclasses.replace(batch, label_rows=rows)
+    again = distillation_loss(DraftOutput(hidden=p_d.log()), given, head, LossConfig())
+    assert again.sim_tau == res.sim_tau and again.parts == res.parts
 
 
 def _train_batch(model):
