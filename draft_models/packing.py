@@ -37,13 +37,14 @@ class SequenceSample:
 
     def hidden_to(self, device) -> SequenceSample:
         """The hidden states on `device`, the tokens left where they are (packing plans on the
-        host). Asynchronous when the states are in pinned memory, as the trainer's receiver
-        leaves them for a GPU."""
+        host). Towards a GPU the copy is asynchronous when the states are in pinned memory, as
+        the trainer's receiver leaves them; towards the host it is always complete on return."""
+        async_copy = torch.device(device).type == "cuda"
         return SequenceSample(
             self.input_ids,
             self.loss_mask,
-            self.aux_hidden.to(device, non_blocking=True),
-            self.final_hidden.to(device, non_blocking=True),
+            self.aux_hidden.to(device, non_blocking=async_copy),
+            self.final_hidden.to(device, non_blocking=async_copy),
         )
 
     def validate(self, name: str = "sample") -> None:
@@ -76,7 +77,8 @@ class PackedBatch:
     label_mask: torch.Tensor  # [N, G] bool: label k and every earlier label are loss tokens
     target_hidden: torch.Tensor  # [N, G, H] target final hidden at p + k (zeros where masked)
     # [R] flat indices of label_mask's true entries, found on the host by the packer, so the loss
-    # selects its rows without reading the device (None: the loss finds them itself)
+    # selects its rows without reading the device (None: the loss finds them itself). Whoever
+    # edits label_mask after packing must set this to None (or to the new rows).
     label_rows: torch.Tensor | None = None
 
     @property
@@ -204,7 +206,7 @@ def pack_blocks(
     pred_pos = a[:, None] + 1 + k  # [N, G] positions being predicted
     valid = pred_pos < length
     safe_pred = torch.minimum(pred_pos, length - 1)
-    prev_rows = start + torch.minimum(a[:, None] + k, length - 1)  # rows of the flat tokens
+    prev_rows = start + torch.minimum(a[:, None] + k, length - 1)  # [N, G] rows of flat tokens
     blk_ids = torch.full((a.numel(), num_slots), mask_token_id, dtype=torch.long)
     blk_ids[:, 0] = flat_ids[start[:, 0] + a]
     # supervision stops at the first label outside the loss mask (or past the end), as in
@@ -221,12 +223,13 @@ def pack_blocks(
         "prev_tokens": flat_ids[prev_rows],
         "labels": flat_ids[start + safe_pred],
         "label_mask": label_mask,
-        "prev_rows": prev_rows,
+        "prev_pos": prev_rows - start,  # within each sequence: gathered sample by sample
         "label_rows": torch.nonzero(label_mask.reshape(-1)).squeeze(1),
     }
     dev = samples[keep[0]].aux_hidden.device
     d = _to_device(host, dev)
-    final = torch.cat([samples[i].final_hidden for i in keep])
+    prev_pos = d["prev_pos"].split([x.numel() for x in anc])
+    final = torch.cat([samples[i].final_hidden[p] for i, p in zip(keep, prev_pos, strict=True)])
     mask = d["label_mask"].bool()
     ctx_seq_d = d["ctx_seq"]
     minus_one = torch.full_like(ctx_seq_d, -1)
@@ -245,7 +248,7 @@ def pack_blocks(
         prev_tokens=d["prev_tokens"],
         labels=d["labels"],
         label_mask=mask,
-        target_hidden=final[d["prev_rows"]] * mask[..., None].to(final.dtype),
+        target_hidden=final * mask[..., None].to(final.dtype),
         label_rows=d["label_rows"],
     )
 
