@@ -28,6 +28,17 @@ def _samples():
     ]
 
 
+def _pinned(samples):
+    """The samples with their hidden states in pinned host memory, as the trainer's receiver
+    leaves them."""
+    return [
+        replace_sample(
+            s, aux_hidden=s.aux_hidden.pin_memory(), final_hidden=s.final_hidden.pin_memory()
+        )
+        for s in samples
+    ]
+
+
 def _assert_same(a, b):
     for f in fields(a):
         x, y = getattr(a, f.name), getattr(b, f.name)
@@ -42,12 +53,7 @@ def test_pack_on_the_gpu_equals_pack_on_the_host():
     ids = [11, 12, 13, 14]
     host = pack_sequences(samples, sample_ids=ids, **ARGS)
     # as the trainer does: tokens read on the host, hidden states moved from pinned memory
-    pinned = [
-        replace_sample(
-            s, aux_hidden=s.aux_hidden.pin_memory(), final_hidden=s.final_hidden.pin_memory()
-        )
-        for s in samples
-    ]
+    pinned = _pinned(samples)
     tokens = host_tokens(pinned)
     on_gpu = pack_sequences(
         [s.hidden_to(CUDA) for s in pinned], sample_ids=ids, tokens=tokens, **ARGS
@@ -58,12 +64,7 @@ def test_pack_on_the_gpu_equals_pack_on_the_host():
 
 
 def test_packing_pinned_samples_never_waits_for_the_device():
-    samples = [
-        replace_sample(
-            s, aux_hidden=s.aux_hidden.pin_memory(), final_hidden=s.final_hidden.pin_memory()
-        )
-        for s in _samples()
-    ]
+    samples = _pinned(_samples())
     tokens = host_tokens(samples)
     torch.cuda.synchronize()
     busy = torch.randn(4096, 4096, device=CUDA)
