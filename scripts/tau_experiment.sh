@@ -3,7 +3,8 @@
 # each fits one device call:
 #
 #   bash scripts/tau_experiment.sh regen        # the target's answers, once (a process per GPU;
-#   bash scripts/tau_experiment.sh wait regen S #   background)
+#   bash scripts/tau_experiment.sh wait regen S #   background; a file too short for SAMPLES,
+#                                               #   e.g. from data-in, is extended)
 #   bash scripts/tau_experiment.sh train        # DSpark, DFlash, EAGLE-3 on them (background)
 #   bash scripts/tau_experiment.sh wait runs S  # until the three runs end, or S seconds
 #   bash scripts/tau_experiment.sh eval         # tau by benchmark, greedy and T=1, and DSpark's
@@ -182,29 +183,41 @@ start_lanes() {  # runs | ablate: one background lane per GPU that has runs (`la
 case "${1:-}" in
 regen)  # in the background: `wait regen S` polls it
   mkdir -p "$W/regen"
+  export REGEN_START=0
   if [ -f "$W/regen.jsonl" ]; then  # e.g. brought from an earlier session with data-in
     n=$(wc -l < "$W/regen.jsonl")
-    echo "kept: $W/regen.jsonl exists ($n samples), not regenerated"
-    [ "$n" -ge $((SAMPLES + EVAL_HELD)) ] ||
-      echo "warning: a run takes $((SAMPLES + EVAL_HELD)) samples (SAMPLES + EVAL_HELD); the file has $n"
-    exit 0
+    if [ "$n" -ge $((SAMPLES + EVAL_HELD)) ]; then
+      echo "kept: $W/regen.jsonl exists ($n samples), not regenerated"
+      exit 0
+    fi
+    # short for this budget: extend it from its last sample id on (the static backend is
+    # batch-invariant, so the result is the file a whole regeneration writes)
+    last=$(tail -n 1 "$W/regen.jsonl" | grep -o '"g": [0-9]*' | tail -n 1 | cut -d' ' -f2)
+    [ -n "$last" ] || { echo "error: the last line of $W/regen.jsonl has no sample id g"; exit 1; }
+    REGEN_START=$((last + 1))
+    if [ "$REGEN_START" -ge "$REGEN_SAMPLES" ]; then
+      echo "warning: a run takes $((SAMPLES + EVAL_HELD)) samples (SAMPLES + EVAL_HELD); $W/regen.jsonl has $n, ids up to $((REGEN_START - 1)) >= REGEN_SAMPLES=$REGEN_SAMPLES: kept as it is"
+      exit 0
+    fi
+    echo "extending: $W/regen.jsonl has $n samples, ids 0..$((REGEN_START - 1)); it must come from the same overrides"
   fi
   detach regen/regen regen-fg
-  echo "started: $REGEN_SAMPLES samples over $GPUS GPUs"
+  echo "started: samples $REGEN_START..$((REGEN_SAMPLES - 1)) over $GPUS GPUs"
   ;;
 regen-fg)
   pids=()
   for k in $(seq 0 $((GPUS - 1))); do
     CUDA_VISIBLE_DEVICES=$k $PY -m splitserve.regenerate --out "$W/regen$k.jsonl" \
-      --samples $REGEN_SAMPLES --shard "$k/$GPUS" +recipe=smol_gpu $EXTRA \
+      --samples $REGEN_SAMPLES --start "${REGEN_START:-0}" --shard "$k/$GPUS" +recipe=smol_gpu $EXTRA \
       $REGEN_EXTRA > "$W/regen$k.log" 2>&1 &
     pids+=($!)
   done
   waitall "${pids[@]}" || { tail -n 20 "$W"/regen[0-9]*.log; exit 1; }
-  # one file in sample-id order: the last EVAL_HELD lines (held out) are the highest ids
+  # one file in sample-id order (an extended file's lines first): the last EVAL_HELD lines
+  # (held out) are the highest ids
   $PY -c "import json, sys; rows = [x for f in sys.argv[1:] for x in open(f)]
 rows.sort(key=lambda x: json.loads(x)['g']); sys.stdout.writelines(rows)" \
-    "$W"/regen[0-9]*.jsonl > "$W/regen.jsonl.partial"
+    $(ls "$W/regen.jsonl" 2> /dev/null) "$W"/regen[0-9]*.jsonl > "$W/regen.jsonl.partial"
   mv "$W/regen.jsonl.partial" "$W/regen.jsonl"
   tail -q -n 1 "$W"/regen[0-9]*.log
   wc -l "$W/regen.jsonl"

@@ -1,5 +1,6 @@
-"""`python -m splitserve.regenerate --out FILE --samples N [--shard K/M] [-- overrides]`: the
-target's answers to a run's training prompt stream, written once as a jsonl_chat file.
+"""`python -m splitserve.regenerate --out FILE --samples N [--start S] [--shard K/M] [--
+overrides]`: the target's answers to a run's training prompt stream, written once as a
+jsonl_chat file.
 
 Why: drafts compared at an equal budget should train on the same samples, and regenerating is
 most of a target's work. A file written here trains any number of drafts with
@@ -17,10 +18,12 @@ Left out, and counted in the summary: samples whose prompt is longer than
 hold; trained whole, the draft would see a context the answer was not made from), and answers
 empty as text (the target ended at once; a jsonl_chat reader refuses them).
 
-`--shard K/M` writes samples g = K, K + M, ... (one process per GPU); merge the files by `g`
-(lines are in g order within each file, so the last lines, which training holds out, are the
-highest ids, not the answers that took longest). The file is written as FILE.partial and renamed
-when complete; an existing FILE is never overwritten.
+`--start S` writes samples S..N-1 only: with a batch-invariant backend, a file of samples
+0..S-1 merged with it is the file `--samples N` writes (a budget extended without regenerating
+what exists). `--shard K/M` writes samples g = K, K + M, ... (one process per GPU); merge the
+files by `g` (lines are in g order within each file, so the last lines, which training holds
+out, are the highest ids, not the answers that took longest). The file is written as
+FILE.partial and renamed when complete; an existing FILE is never overwritten.
 """
 
 from __future__ import annotations
@@ -58,6 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ap.add_argument("--out", type=Path, required=True, help="jsonl_chat file to write")
     ap.add_argument("--samples", type=int, required=True, help="samples 0..N-1 of the stream")
+    ap.add_argument(
+        "--start", type=int, default=0, help="the first sample id (extends a file of 0..S-1)"
+    )
     ap.add_argument("--shard", type=parse_shard, default="0/1", help="K/M: samples g = K mod M")
     ap.add_argument("--device", default="auto", help="auto (GPU when available) | cpu | cuda[:i]")
     ap.add_argument(
@@ -94,6 +100,8 @@ def run(args) -> dict:
     """Write the file; returns a summary (samples, new tokens, rate)."""
     if args.samples < 1:
         raise ValueError(f"--samples must be >= 1, got {args.samples}")
+    if not 0 <= args.start < args.samples:
+        raise ValueError(f"--start must be in 0..{args.samples - 1} (--samples), got {args.start}")
     if args.out.exists():
         raise FileExistsError(f"{args.out} exists; regeneration never overwrites a file")
     cfg = compose_run_config(args.overrides)
@@ -112,12 +120,9 @@ def run(args) -> dict:
     k, m = args.shard
     tok = backend.tokenizer
     limit = cfg.data.max_prompt_tokens
-    gs = [
-        g
-        for g in range(k, args.samples, m)
-        if len(prompt_ids(tok, prompt_turns(stream[g]))) <= limit
-    ]
-    long_prompts = len(range(k, args.samples, m)) - len(gs)
+    ids = [g for g in range(k, args.samples, m) if g >= args.start]
+    gs = [g for g in ids if len(prompt_ids(tok, prompt_turns(stream[g]))) <= limit]
+    long_prompts = len(ids) - len(gs)
     window = backend.window or len(gs)  # 0: one stream over every sample
     partial = args.out.with_name(args.out.name + ".partial")
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -143,6 +148,7 @@ def run(args) -> dict:
         "written": len(rows),
         "skipped_long_prompt": long_prompts,
         "skipped_empty": len(gs) - len(rows),
+        "start": args.start,
         "shard": f"{k}/{m}",
         "new_tokens": sum(r["new_tokens"] for r in rows),
         "ended_by_target": sum(r["ended"] for r in rows),

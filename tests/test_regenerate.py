@@ -43,6 +43,19 @@ def test_regenerated_shards_hold_the_online_samples_and_train_a_draft(tmp_path, 
         }
         assert row["messages"][:-1] == [m for m in stream[g] if m["role"] != "assistant"][:1]
 
+    # --start S writes samples S..N-1 only, the same lines as a file of 0..N-1 holds (a budget
+    # extended without regenerating what exists)
+    tail = tmp_path / "tail.jsonl"
+    assert (
+        main(["--out", str(tail), "--samples", "6", "--start", "3", "--device", "cpu"] + SHRUNK)
+        == 0
+    )
+    summary = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert summary["start"] == 3 and summary["skipped_long_prompt"] == 1  # sample 4
+    assert [json.loads(x) for x in tail.read_text().splitlines()] == [by_g[3], by_g[5]]
+    assert main(["--out", str(tmp_path / "y.jsonl"), "--samples", "6", "--start", "6"]) == 2
+    assert "--start must be in 0..5" in capsys.readouterr().err
+
     # an answer that is empty as text (the target ended at once) is left out of the file
     eos = backend.tokenizer.eos_token_id
     prompt = backend.prompt(stream[0])

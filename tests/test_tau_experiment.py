@@ -70,7 +70,7 @@ def test_eval_ablate_takes_each_run_as_it_ends_and_skips_failed_ones(tmp_path):
 def test_regenerated_data_travel_in_parts_and_regen_keeps_a_file_brought_in(tmp_path):
     """data-out cuts W/regen.jsonl into gzipped parts (what a device call brings back), data-in
     puts them together in another W (never over an existing file), and `regen` then keeps
-    the file instead of regenerating, warning when it is shorter than a run needs."""
+    the file when it holds what a run needs, and extends it when it does not."""
     a, b, parts = tmp_path / "a", tmp_path / "b", tmp_path / "parts"
     a.mkdir()
     b.mkdir()
@@ -89,8 +89,21 @@ def test_regenerated_data_travel_in_parts_and_regen_keeps_a_file_brought_in(tmp_
     assert (b / "regen.jsonl").read_text() == lines
     again = script("data-in", str(parts), w=b)
     assert again.returncode == 1 and "exists; not overwritten" in again.stdout
-    kept = script("regen", w=b, SAMPLES="6000")
-    assert kept.returncode == 0 and "kept:" in kept.stdout and "the file has 5000" in kept.stdout
+    kept = script("regen", w=b, SAMPLES="4000")  # 4,064 with the held-out prompts
+    assert kept.returncode == 0 and "kept:" in kept.stdout
+    short = script("regen", w=b, SAMPLES="6000", REGEN_SAMPLES="5000")
+    assert short.returncode == 0 and "regen.jsonl has 5000, ids up to 4999" in short.stdout
     assert not (b / "calls").exists()  # nothing regenerated
+    # too short for the budget: extended from the id after its last, to REGEN_SAMPLES (12 % over
+    # SAMPLES + EVAL_HELD, 6,791 here), in the background
+    extend = script("regen", w=b, SAMPLES="6000", GPUS="2")
+    assert extend.returncode == 0 and "samples 5000..6790 over 2 GPUs" in extend.stdout
+    deadline = time.time() + 30
+    while not (b / "calls").exists() or (b / "calls").read_text().count("--start") < 2:
+        assert time.time() < deadline
+        time.sleep(0.2)
+    calls = sorted((b / "calls").read_text().splitlines()[:2])
+    assert all("--samples 6791 --start 5000" in c for c in calls)
+    assert "--shard 0/2" in calls[0] and "--shard 1/2" in calls[1]
     usage = script(w=b)
     assert usage.returncode == 2 and "data-in DIR" in usage.stdout and "follow S" in usage.stdout
