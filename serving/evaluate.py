@@ -13,14 +13,16 @@ outputs equal the target-only output; `draft_step_ms` is the median time of one 
 `per_item` holds each item's emitted tokens and decode steps (for confidence intervals).
 `acceptance.png` plots acceptance by position. The default --out is RUN/eval/step-N-tT. Each
 benchmark's JSON is written as soon as it is complete. The first prompt is decoded once untimed
-first (CUDA-graph capture, allocations); graphs of longer contexts are still captured on first
-use inside the timing. `--no-baseline` skips target-only decoding (tau and acceptance only);
-`--procs N` decodes the items in N processes at once (GPUs round-robin) and adds up their sums:
-tau and acceptance are the same as one process's, speeds are not single-stream figures;
-`--batch N` decodes N items at once in each process (serving.batch_decoder: each row emits what
-batch 1 would, token for token in exact arithmetic, so tau and acceptance are batch 1's; in bf16
-up to rounding, as any change of batch shape; speeds are throughputs, `step_ms` is left out and
-`mean_verify_width` is the batch's one width).
+first (CUDA-graph capture, allocations); graphs first needed later (longer contexts, the shorter
+verify widths at a request's end) are captured inside the timing, and their capture time is
+measured and left out of `wall_s`, `step_ms` and tokens/s (as a server that captured its graphs
+at start-up would decode), reported as `capture_s`. `--no-baseline` skips target-only decoding
+(tau and acceptance only); `--procs N` decodes the items in N processes at once (GPUs
+round-robin) and adds up their sums: tau and acceptance are the same as one process's, speeds
+are not single-stream figures; `--batch N` decodes N items at once in each process
+(serving.batch_decoder: each row emits what batch 1 would, token for token in exact arithmetic,
+so tau and acceptance are batch 1's; in bf16 up to rounding, as any change of batch shape;
+speeds are throughputs, `step_ms` is left out and `mean_verify_width` is the batch's one width).
 `elapsed_s` and `answers_per_s` say how long the benchmark's decoding took (the slowest process,
 warm-up included; start-up and model loading not).
 """
@@ -41,6 +43,7 @@ from tqdm import tqdm
 
 from splitserve import checkpoint
 from splitserve.target.chat import prompt_ids
+from splitserve.target.runtime.graphs import capture_seconds
 
 from . import cli
 from .batch_decoder import BatchDecoder
@@ -57,7 +60,8 @@ class Tally:
     tokens: int = 0
     emitted: int = 0  # tokens emitted by decode steps (all but the prefill's first token)
     steps: int = 0
-    wall_s: float = 0.0
+    wall_s: float = 0.0  # decoding, graph captures left out
+    capture_s: float = 0.0  # graph captures inside the timed decoding
     verified: int = 0
     accepted: int = 0
     width_sum: int = 0
@@ -75,6 +79,7 @@ class Tally:
             "tokens": self.tokens,
             "steps": self.steps,
             "wall_s": self.wall_s,
+            "capture_s": self.capture_s,
             "step_ms": 1000 * self.wall_s / max(1, self.steps),
             "tokens_per_s": self.tokens / self.wall_s,
         }
@@ -83,7 +88,8 @@ class Tally:
         """A new Tally holding this one's sums plus the others' (shards of one benchmark)."""
         out = Tally(self.gamma)
         for t in (self, *others):
-            for f in ("tokens", "emitted", "steps", "wall_s", "verified", "accepted", "width_sum"):
+            for f in ("tokens", "emitted", "steps", "wall_s", "capture_s", "verified", "accepted",
+                      "width_sum"):  # fmt: skip
                 setattr(out, f, getattr(out, f) + getattr(t, f))
             out.reached = [a + b for a, b in zip(out.reached, t.reached, strict=True)]
             out.hits = [a + b for a, b in zip(out.hits, t.hits, strict=True)]
@@ -112,11 +118,12 @@ class Tally:
 
 
 def _decode(decoder, prompts: list[list[int]], seeds: list[int], args, eos: int):
-    """(results, wall seconds) of decoding `prompts` with a batch-1 decoder (one after
-    another) or a BatchDecoder (R at a time)."""
+    """(results, wall seconds, of which capturing graphs) of decoding `prompts` with a batch-1
+    decoder (one after another) or a BatchDecoder (R at a time)."""
     sync = decoder.device.type == "cuda"
     if sync:
         torch.cuda.synchronize(decoder.device)
+    captured = capture_seconds()
     t0 = time.perf_counter()
     kw = {"temperature": args.temperature, "eos_token_id": eos}
     if isinstance(decoder, BatchDecoder):
@@ -128,7 +135,7 @@ def _decode(decoder, prompts: list[list[int]], seeds: list[int], args, eos: int)
         ]
     if sync:
         torch.cuda.synchronize(decoder.device)
-    return results, time.perf_counter() - t0
+    return results, time.perf_counter() - t0, capture_seconds() - captured
 
 
 def tally_bench(
@@ -173,8 +180,9 @@ def tally_bench(
                 for j in active:
                     msgs[j].append({"role": "user", "content": chunk[j][1][turn]})
                 prompts = [prompt_ids(tok, msgs[j]) for j in active]
-                out[name], wall = _decode(d, prompts, seeds, args, eos)
-                tallies[name].wall_s += wall
+                out[name], wall, captured = _decode(d, prompts, seeds, args, eos)
+                tallies[name].wall_s += wall - captured
+                tallies[name].capture_s += captured
                 for j, res in zip(active, out[name], strict=True):
                     tallies[name].add(res, 0.0, item=chunk[j][0] if name == "spec" else None)
                     msgs[j].append(_assistant(tok, res))

@@ -2,12 +2,16 @@
 the device machine: `python -m pytest -q tests/test_gpu_runtime.py`). fp64 tiny models
 throughout, so a graph replay must give exactly what the eager call gives."""
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 from test_decoder import DRAFT_KINDS, MODES, draft_for, reference_greedy, tiny_target
 
 from serving.decoder import GraphedProposal, SpeculativeDecoder, make_proposer
+from serving.evaluate import _decode
 from splitserve.target.runtime import StaticEngine
+from splitserve.target.runtime.graphs import capture_seconds
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 CUDA = torch.device("cuda")
@@ -124,3 +128,20 @@ def test_graphed_batch_decoding_equals_eager_and_batch_one(arch):
             ref = single.generate(prompt, 300, temperature=temperature, seed=seed)
             assert x.token_ids == ref.token_ids
     assert {key[1] for key in graphed.step.graphs} == {256, 512}
+
+
+def test_evaluate_leaves_graph_captures_out_of_its_timing():
+    """serving.evaluate's timed decoding: the captures it makes (a width or bucket first used)
+    are counted by graphs.capture_seconds and returned apart from the wall time; graphs kept
+    across requests are not captured again."""
+    target = tiny_target().to(CUDA)
+    draft = draft_for(target, **DRAFT_KINDS["dspark"]).to(CUDA)
+    dec = SpeculativeDecoder(target, draft, runtime="static", max_len=600)
+    args = SimpleNamespace(temperature=0.0, max_new_tokens=300)
+    before = capture_seconds()
+    _, wall, captured = _decode(dec, [[3, 9, 27, 81]], [0], args, None)
+    graphs = len(dec.fused.graphs)
+    assert graphs >= 2 and 0 < captured < wall  # buckets 256 and 512, and widths at the end
+    assert capture_seconds() - before == pytest.approx(captured)
+    _, wall, captured = _decode(dec, [[3, 9, 27, 81]], [0], args, None)
+    assert captured == 0.0 and len(dec.fused.graphs) == graphs

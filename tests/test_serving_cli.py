@@ -60,6 +60,7 @@ def test_evaluate_writes_the_report_and_plot(dspark_ckpt, tmp_path, capsys):
     assert len(report["acceptance_by_position"]) == 4 and report["tau"] >= 1.0
     spec = report["speculative"]
     assert spec["tokens"] <= 12 and spec["steps"] >= 1 and report["target_only"]["tokens_per_s"] > 0
+    assert spec["capture_s"] == report["target_only"]["capture_s"] == 0.0  # no graphs on CPU
     assert 0.0 <= report["wasted_verify_fraction"] <= 1.0
     assert (tmp_path / "acceptance.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 

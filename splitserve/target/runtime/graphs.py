@@ -15,6 +15,7 @@ step of a width correct without a scratch cache row.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -66,12 +67,24 @@ class GraphedStep:
         return _Graph(graph, static_ids, static_pos, outputs)
 
 
+_capture_s = 0.0  # wall seconds this process has spent in `capture`
+
+
+def capture_seconds() -> float:
+    """Wall seconds this process has spent capturing graphs (warm-up runs included, up to a
+    synchronisation): what a timing leaves out to report the steps of captured graphs, as a
+    server that captured its graphs at start-up would run them (serving.evaluate)."""
+    return _capture_s
+
+
 def capture(fn: Callable, device: torch.device, pool=None, warmup: int = 2, before=None):
     """(graph, outputs) of `fn()` captured on `device` after `warmup` eager runs on a
     side stream (torch's requirement; a compiled fn compiles there). The warm-up runs are real
     calls of fn: capture only where running the step more than once is harmless, or pass
     `before`, called (uncaptured) before each warm-up run and before the capture, to restore
     what a run changes."""
+    global _capture_s
+    t0 = time.perf_counter()
     with torch.cuda.device(device):
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
@@ -86,4 +99,6 @@ def capture(fn: Callable, device: torch.device, pool=None, warmup: int = 2, befo
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=pool):
             outputs = fn()
+        torch.cuda.synchronize(device)
+    _capture_s += time.perf_counter() - t0
     return graph, outputs
