@@ -11,9 +11,10 @@ draft tokens that were rejected, mean verify width, step time and tokens/s of sp
 target-only decoding (same target, same prompts, same process), and for greedy decoding how many
 outputs equal the target-only output; `draft_step_ms` is the median time of one draft proposal;
 `per_item` holds each item's emitted tokens and decode steps (for confidence intervals).
-`acceptance.png` plots acceptance by position. The default --out is RUN/eval/step-N-tT. Each
-benchmark's JSON is written as soon as it is complete. The first prompt is decoded once untimed
-first (CUDA-graph capture, allocations); graphs first needed later (longer contexts, the shorter
+`acceptance.png` plots acceptance by position. The default --out is RUN/eval/step-N-tT
+(EXPORT/eval/NAME-tT for an exported draft directory, served with --target). Each benchmark's
+JSON is written as soon as it is complete. The first prompt is decoded once untimed first
+(CUDA-graph capture, allocations); graphs first needed later (longer contexts, the shorter
 verify widths at a request's end) are captured inside the timing, and their capture time is
 measured and left out of `wall_s`, `step_ms` and tokens/s (as a server that captured its graphs
 at start-up would decode), reported as `capture_s`. `--no-baseline` skips target-only decoding
@@ -472,7 +473,8 @@ def main(argv=None) -> int:
     try:
         items = {b: load_bench(b, args.limit) for b in benches}
         ckpt = checkpoint.resolve(args.checkpoint).resolve()
-        out = args.out or ckpt.parent.parent / "eval" / f"{ckpt.name}-t{args.temperature:g}"
+        run_eval = ckpt / "eval" if checkpoint.is_exported(ckpt) else ckpt.parent.parent / "eval"
+        out = args.out or run_eval / f"{ckpt.name}-t{args.temperature:g}"
         args.checkpoint = ckpt  # resolved once (a run directory: its newest checkpoint)
         if args.procs == 1:
             decoder, tok = decoder_from_args(args)

@@ -60,6 +60,8 @@ def export(
     if dtype not in WEIGHT_DTYPES:
         raise ValueError(f"dtype {dtype!r} is invalid; allowed: {', '.join(sorted(WEIGHT_DTYPES))}")
     draft = checkpoint.read_draft(ckpt)
+    if draft.exported:
+        raise ValueError(f"{draft.path} is already an exported draft (pass its run's checkpoint)")
     try:
         config = export_config(draft.cfg, draft.target)
     except ValueError as exc:

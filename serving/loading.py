@@ -46,7 +46,13 @@ def pick_device(name: str = "auto") -> torch.device:
 
 
 def target_dir_of(draft: checkpoint.DraftCheckpoint, target_dir: Path | None = None) -> Path:
-    """The target a checkpoint was trained against (its meta.json), unless `target_dir` is given."""
+    """The target a checkpoint was trained against (its meta.json), unless `target_dir` is given
+    (required for an exported draft, which names no target)."""
+    if target_dir is None and draft.exported:
+        raise ValueError(
+            f"{draft.path} is an exported draft, which does not name its target: pass --target "
+            "(the target's model directory)"
+        )
     target_dir = Path(target_dir) if target_dir is not None else draft.model_dir
     if not (target_dir / "config.json").is_file():
         raise FileNotFoundError(f"target {target_dir} is not a HF model directory (no config.json)")
@@ -74,7 +80,14 @@ def load_decoder(
     cfg = draft_ckpt.cfg
     target_dir = target_dir_of(draft_ckpt, target_dir)
     spec = load_target_spec(target_dir)
-    if asdict(spec) != asdict(draft_ckpt.target):
+    if draft_ckpt.exported:  # no recorded target: the draft must fit this one
+        try:
+            cfg.resolve(spec)
+        except ValueError as exc:
+            raise ValueError(
+                f"exported draft {draft_ckpt.path} does not fit the target {target_dir}: {exc}"
+            ) from None
+    elif asdict(spec) != asdict(draft_ckpt.target):
         diff = sorted(k for k, v in asdict(spec).items() if asdict(draft_ckpt.target)[k] != v)
         raise ValueError(
             f"checkpoint {draft_ckpt.path} was trained for a different target: {target_dir} "

@@ -272,14 +272,20 @@ def drop_training_state(ckpt: Path) -> None:
 @dataclass
 class DraftCheckpoint:
     """What serving and export read from a checkpoint: the draft, the target it was trained for,
-    and the run's config (its data section defines the held-out prompts)."""
+    and the run's config (its data section defines the held-out prompts). From an exported draft
+    directory (serving.export) only the draft: `step`, `target` and `model_dir` are None (the
+    export names no target; serving takes one with --target)."""
 
     path: Path
-    step: int
+    step: int | None
     cfg: DraftConfig
-    target: TargetSpec
-    model_dir: Path
+    target: TargetSpec | None
+    model_dir: Path | None
     weights: dict[str, torch.Tensor]
+
+    @property
+    def exported(self) -> bool:
+        return self.target is None
 
     @property
     def run_config_yaml(self) -> Path:
@@ -293,12 +299,15 @@ def read_draft_config(ckpt: Path) -> DraftConfig:
 def resolve(path: Path, log: Callable[[str], None] = _stderr) -> Path:
     """A checkpoint directory as given, or a run directory's newest complete checkpoint (`log`
     says which one was taken), validated for what serving reads: a missing or truncated file is
-    named with the size found and the size expected."""
+    named with the size found and the size expected. An exported draft directory (config.json,
+    as serving.export writes it) is returned as given."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(
             f"{path} is not a complete SplitServe checkpoint: it does not exist"
         )
+    if (path / EXPORTED_CONFIG).is_file():
+        return path
     if (path / "checkpoints").is_dir() and not (path / COMPLETE).exists():
         ckpt = latest_good(path, log, needed=DRAFT_FILES)
         if ckpt is None:
@@ -323,8 +332,18 @@ def resolve(path: Path, log: Callable[[str], None] = _stderr) -> Path:
 
 def read_draft(path: Path, log: Callable[[str], None] = _stderr) -> DraftCheckpoint:
     """The draft of a checkpoint (see `resolve` for what `path` may be; a path that is already a
-    resolved checkpoint is validated again, which costs a few stat calls)."""
+    resolved checkpoint is validated again, which costs a few stat calls), or of an exported
+    draft directory (no target, step or run config: see DraftCheckpoint)."""
     path = resolve(path, log)
+    if (path / EXPORTED_CONFIG).is_file():
+        return DraftCheckpoint(
+            path=path,
+            step=None,
+            cfg=read_init_config(path, log),
+            target=None,
+            model_dir=None,
+            weights=load_weights(path),
+        )
     meta = json.loads((path / META).read_text())
     if "target" not in meta:
         raise ValueError(
@@ -344,6 +363,11 @@ def read_draft(path: Path, log: Callable[[str], None] = _stderr) -> DraftCheckpo
 
 EXPORTED_CONFIG = "config.json"  # an exported draft directory (serving.export): SGLang's files
 # (config.json with our draft config inside, weights as save_weights writes them)
+
+
+def is_exported(path: Path) -> bool:
+    """`path` is an exported draft directory (serving.export), not a checkpoint."""
+    return (Path(path) / EXPORTED_CONFIG).is_file()
 
 
 def init_source(path: Path, log: Callable[[str], None] = _stderr) -> Path:
@@ -381,5 +405,12 @@ def read_run_section(ckpt: Path, key: str) -> dict:
     """One top-level section of the run config a checkpoint was trained with (e.g. `data`)."""
     from omegaconf import OmegaConf
 
+    if not (Path(ckpt) / RUN_CONFIG).is_file():
+        why = (
+            "an exported draft keeps no run config; pass the run's checkpoint"
+            if (Path(ckpt) / EXPORTED_CONFIG).is_file()
+            else "not a SplitServe checkpoint"
+        )
+        raise FileNotFoundError(f"{Path(ckpt) / RUN_CONFIG} does not exist: {why}")
     node = OmegaConf.load(Path(ckpt) / RUN_CONFIG)
     return OmegaConf.to_container(node.get(key) or {}, resolve=True)

@@ -11,6 +11,7 @@ from draft_models.sts import read_temperatures
 from serving.benchmarks import load_bench
 from serving.calibrate import main as calibrate_main
 from serving.evaluate import main as evaluate_main
+from serving.generate import main as generate_main
 from splitserve.train import run
 
 
@@ -496,3 +497,38 @@ def test_evaluate_in_batches_reports_batch_one_figures(dspark_ckpt, tmp_path):
             assert "timing_note" not in one and two["target_only"]["tokens"] > 0
             if t == "0":
                 assert one["identical_to_target_only"] == two["identical_to_target_only"]
+
+
+def test_evaluate_serves_an_exported_draft_with_the_target_named(dspark_ckpt, tmp_path, capsys):
+    """An exported draft directory (serving.export) decodes as its checkpoint does once its
+    target is named (the export names none); what needs the run (calibrate's held-out prompts,
+    another export) is refused with the reason."""
+    from serving.export import export
+    from splitserve.checkpoint import read_draft
+
+    exported = export(dspark_ckpt, tmp_path / "export", dtype="float32")
+    flags = ["--bench", "gsm8k", "--limit", "1", "--max-new-tokens", "10", "--no-baseline"]
+    flags += ["--no-plot"]
+    assert evaluate_main(["--checkpoint", str(exported)] + flags) == 2
+    assert "does not name its target: pass --target" in capsys.readouterr().err
+    target = str(read_draft(dspark_ckpt).model_dir)
+    assert (
+        evaluate_main(["--checkpoint", str(dspark_ckpt), "--out", str(tmp_path / "a")] + flags) == 0
+    )
+    assert evaluate_main(["--checkpoint", str(exported), "--target", target] + flags) == 0
+    a = json.loads((tmp_path / "a" / "gsm8k.json").read_text())
+    b = json.loads((exported / "eval" / "export-t0" / "gsm8k.json").read_text())  # the default
+    assert a["tau"] == b["tau"] and a["per_item"] == b["per_item"]
+    assert b["checkpoint"] == str(exported.resolve())
+    capsys.readouterr()
+    argv = ["--checkpoint", str(exported), "--target", target, "--out", str(tmp_path / "s.json")]
+    assert calibrate_main(argv) == 2
+    assert "an exported draft keeps no run config" in capsys.readouterr().err
+    argv += ["--prompts", "gsm8k", "--limit", "1", "--max-new-tokens", "8", "--test-fraction", "0"]
+    assert calibrate_main(argv) == 0  # benchmark prompts need no run
+    capsys.readouterr()
+    argv = ["--checkpoint", str(exported), "--target", target, "--prompt", "Hi", "--json"]
+    assert generate_main(argv + ["--max-new-tokens", "4"]) == 0
+    assert len(json.loads(capsys.readouterr().out.splitlines()[-1])["token_ids"]) <= 4
+    with pytest.raises(ValueError, match="already an exported draft"):
+        export(exported, tmp_path / "again")
