@@ -192,7 +192,7 @@ regen)  # in the background: `wait regen S` polls it
     fi
     # short for this budget: extend it from its last sample id on (the static backend is
     # batch-invariant, so the result is the file a whole regeneration writes)
-    last=$(tail -n 1 "$W/regen.jsonl" | grep -o '"g": [0-9]*' | tail -n 1 | cut -d' ' -f2)
+    last=$(tail -n 1 "$W/regen.jsonl" | { grep -o '"g": [0-9]*' || true; } | tail -n 1 | cut -d' ' -f2)
     [ -n "$last" ] || { echo "error: the last line of $W/regen.jsonl has no sample id g"; exit 1; }
     REGEN_START=$((last + 1))
     if [ "$REGEN_START" -ge "$REGEN_SAMPLES" ]; then
@@ -200,6 +200,12 @@ regen)  # in the background: `wait regen S` polls it
       exit 0
     fi
     echo "extending: $W/regen.jsonl has $n samples, ids 0..$((REGEN_START - 1)); it must come from the same overrides"
+  fi
+  stale=("$W"/regen[0-9]*.jsonl*)  # shards of a regeneration that failed: out of the merge
+  if [ -e "${stale[0]}" ]; then
+    mkdir -p "$W/regen/stale-$$"
+    mv "${stale[@]}" "$W/regen/stale-$$/"
+    echo "moved aside: ${#stale[@]} shard files of an earlier regeneration -> $W/regen/stale-$$"
   fi
   detach regen/regen regen-fg
   echo "started: samples $REGEN_START..$((REGEN_SAMPLES - 1)) over $GPUS GPUs"
@@ -215,15 +221,23 @@ regen-fg)
   waitall "${pids[@]}" || { tail -n 20 "$W"/regen[0-9]*.log; exit 1; }
   # one file in sample-id order (an extended file's lines first): the last EVAL_HELD lines
   # (held out) are the highest ids
-  $PY -c "import json, sys; rows = [x for f in sys.argv[1:] for x in open(f)]
+  $PY -c "import json, sys; rows = [x.rstrip('\n') + '\n' for f in sys.argv[1:] for x in open(f)]
 rows.sort(key=lambda x: json.loads(x)['g']); sys.stdout.writelines(rows)" \
     $(ls "$W/regen.jsonl" 2> /dev/null) "$W"/regen[0-9]*.jsonl > "$W/regen.jsonl.partial"
   mv "$W/regen.jsonl.partial" "$W/regen.jsonl"
+  rm -f "$W"/regen[0-9]*.jsonl  # merged
   tail -q -n 1 "$W"/regen[0-9]*.log
   wc -l "$W/regen.jsonl"
   ;;
 train)
   [ -f "$W/regen.jsonl" ] || { echo "error: $W/regen.jsonl is missing (run regen first)"; exit 1; }
+  ! running "$W/regen/regen.pid" || { echo "error: regeneration is still running (wait regen)"; exit 1; }
+  n=$(wc -l < "$W/regen.jsonl")
+  # fewer would repeat samples: the run's stream wraps around its file
+  [ "$n" -ge $((SAMPLES + EVAL_HELD)) ] || {
+    echo "error: $W/regen.jsonl has $n samples; a run takes $((SAMPLES + EVAL_HELD)) (SAMPLES + EVAL_HELD): run regen to extend it"
+    exit 1
+  }
   mkdir -p "$W/runs"
   for r in $RUNS; do
     [[ " dspark dflash eagle3 " == *" $r "* ]] ||
@@ -259,8 +273,10 @@ wait)
     for f in "$W/$group"/*.pid; do
       running "$f" && alive=$((alive + 1))
     done
-    if [ "$group" = regen ]; then
+    if [ "$group" = regen ] && [ "$alive" != 0 ]; then
       echo "$(date +%T) $(cat "$W"/regen[0-9]*.jsonl* 2> /dev/null | wc -l) samples written"
+    elif [ "$group" = regen ]; then
+      echo "$(date +%T) $(wc -l < "$W/regen.jsonl" 2> /dev/null || echo 0) samples in regen.jsonl"
     elif [ "$group" = runs ] || [ "$group" = ablate ]; then
       for f in "$W/$group"/*.pid; do
         d=$(basename "$f" .pid)
@@ -393,7 +409,8 @@ pipeline-fg)
   step bash "$SELF" regen
   step bash "$SELF" wait regen 3600
   [ -f "$W/regen.jsonl" ] || { echo "error: regeneration wrote no $W/regen.jsonl"; exit 1; }
-  step bash "$SELF" train
+  echo "### $(date +%T) bash $SELF train"
+  bash "$SELF" train || { echo "### $(date +%T) failed: train (nothing trained)"; exit 1; }
   step bash "$SELF" wait runs 7200
   [ "$SPEED" = 1 ] && step bash "$SELF" speed
   step bash "$SELF" eval

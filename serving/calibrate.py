@@ -175,6 +175,11 @@ def main(argv=None) -> int:
     try:
         # raw confidence logits, every slot verified: fixed schedule, no STS, the trained block
         args.checkpoint = checkpoint.resolve(args.checkpoint)
+        items = (  # first: a checkpoint without a run config is refused before any loading
+            held_out_prompts(args.checkpoint, args.limit)
+            if args.prompts == "held-out"
+            else load_bench(args.prompts, args.limit)
+        )
         decoder, tok = load_decoder(
             args.checkpoint,
             args.target,
@@ -184,11 +189,6 @@ def main(argv=None) -> int:
         )
         if not decoder.draft.cfg.confidence_head:
             raise ValueError(f"{args.checkpoint}: this draft has no confidence head to calibrate")
-        items = (
-            held_out_prompts(args.checkpoint, args.limit)
-            if args.prompts == "held-out"
-            else load_bench(args.prompts, args.limit)
-        )
         test_prompts = pick_test_prompts(len(items), args.test_fraction)  # before the decoding
         n_test = len(test_prompts)
         (logits, accepted), test = split(

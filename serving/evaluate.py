@@ -12,7 +12,7 @@ target-only decoding (same target, same prompts, same process), and for greedy d
 outputs equal the target-only output; `draft_step_ms` is the median time of one draft proposal;
 `per_item` holds each item's emitted tokens and decode steps (for confidence intervals).
 `acceptance.png` plots acceptance by position. The default --out is RUN/eval/step-N-tT
-(EXPORT/eval/NAME-tT for an exported draft directory, served with --target). Each benchmark's
+(EXPORT-eval/EXPORT-tT beside an exported draft directory, served with --target). Each benchmark's
 JSON is written as soon as it is complete. The first prompt is decoded once untimed first
 (CUDA-graph capture, allocations); graphs first needed later (longer contexts, the shorter
 verify widths at a request's end) are captured inside the timing, and their capture time is
@@ -473,8 +473,9 @@ def main(argv=None) -> int:
     try:
         items = {b: load_bench(b, args.limit) for b in benches}
         ckpt = checkpoint.resolve(args.checkpoint).resolve()
-        run_eval = ckpt / "eval" if checkpoint.is_exported(ckpt) else ckpt.parent.parent / "eval"
-        out = args.out or run_eval / f"{ckpt.name}-t{args.temperature:g}"
+        exported = checkpoint.is_exported(ckpt)  # its reports beside it, not inside it
+        evals = ckpt.with_name(ckpt.name + "-eval") if exported else ckpt.parent.parent / "eval"
+        out = args.out or evals / f"{ckpt.name}-t{args.temperature:g}"
         args.checkpoint = ckpt  # resolved once (a run directory: its newest checkpoint)
         if args.procs == 1:
             decoder, tok = decoder_from_args(args)
@@ -489,7 +490,8 @@ def main(argv=None) -> int:
         plot_acceptance(
             reports,
             out / "acceptance.png",
-            f"{ckpt.parent.parent.name}/{ckpt.name}, T={args.temperature:g}",
+            f"{ckpt.name if exported else ckpt.parent.parent.name + '/' + ckpt.name}, "
+            f"T={args.temperature:g}",
         )
     print(f"wrote {out}", file=sys.stderr)
     return 0

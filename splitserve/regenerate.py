@@ -123,7 +123,7 @@ def run(args) -> dict:
     ids = [g for g in range(k, args.samples, m) if g >= args.start]
     gs = [g for g in ids if len(prompt_ids(tok, prompt_turns(stream[g]))) <= limit]
     long_prompts = len(ids) - len(gs)
-    window = backend.window or len(gs)  # 0: one stream over every sample
+    window = backend.window or max(1, len(gs))  # 0: one stream over every sample
     partial = args.out.with_name(args.out.name + ".partial")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     rows = []

@@ -53,6 +53,10 @@ def test_regenerated_shards_hold_the_online_samples_and_train_a_draft(tmp_path, 
     summary = json.loads(capsys.readouterr().out.splitlines()[-1])
     assert summary["start"] == 3 and summary["skipped_long_prompt"] == 1  # sample 4
     assert [json.loads(x) for x in tail.read_text().splitlines()] == [by_g[3], by_g[5]]
+    empty = tmp_path / "empty.jsonl"  # a shard with no id past --start writes an empty file
+    argv = ["--out", str(empty), "--samples", "6", "--start", "5", "--shard", "0/2"]
+    assert main(argv + ["--device", "cpu"] + SHRUNK) == 0
+    assert empty.read_text() == "" and '"written": 0' in capsys.readouterr().out
     assert main(["--out", str(tmp_path / "y.jsonl"), "--samples", "6", "--start", "6"]) == 2
     assert "--start must be in 0..5" in capsys.readouterr().err
 

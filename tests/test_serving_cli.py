@@ -517,7 +517,7 @@ def test_evaluate_serves_an_exported_draft_with_the_target_named(dspark_ckpt, tm
     )
     assert evaluate_main(["--checkpoint", str(exported), "--target", target] + flags) == 0
     a = json.loads((tmp_path / "a" / "gsm8k.json").read_text())
-    b = json.loads((exported / "eval" / "export-t0" / "gsm8k.json").read_text())  # the default
+    b = json.loads((tmp_path / "export-eval" / "export-t0" / "gsm8k.json").read_text())  # default
     assert a["tau"] == b["tau"] and a["per_item"] == b["per_item"]
     assert b["checkpoint"] == str(exported.resolve())
     capsys.readouterr()

@@ -3,9 +3,11 @@ script parses, refuses bad settings, and `eval-ablate` evaluates each run once i
 skips runs that ended without a summary, and waits for runs still training. `PY` is a stub that
 records each evaluation instead of running it."""
 
+import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -67,6 +69,16 @@ def test_eval_ablate_takes_each_run_as_it_ends_and_skips_failed_ones(tmp_path):
     assert f"{w}/ablate/layers1: no summary, skipped" in out
 
 
+# splitserve.regenerate's file for --out F --samples N --start S --shard K/M, the last line
+# without its newline
+FAKE_REGEN = (
+    "import sys; a = sys.argv[1:]; v = lambda f: a[a.index(f) + 1]; "
+    "k, m = map(int, v('--shard').split('/')); "
+    "ids = [g for g in range(int(v('--start')), int(v('--samples'))) if g % m == k]; "
+    "open(v('--out'), 'w').write(chr(10).join('{\\\"g\\\": %d}' % g for g in ids))"
+)
+
+
 def test_regenerated_data_travel_in_parts_and_regen_keeps_a_file_brought_in(tmp_path):
     """data-out cuts W/regen.jsonl into gzipped parts (what a device call brings back), data-in
     puts them together in another W (never over an existing file), and `regen` then keeps
@@ -94,16 +106,34 @@ def test_regenerated_data_travel_in_parts_and_regen_keeps_a_file_brought_in(tmp_
     short = script("regen", w=b, SAMPLES="6000", REGEN_SAMPLES="5000")
     assert short.returncode == 0 and "regen.jsonl has 5000, ids up to 4999" in short.stdout
     assert not (b / "calls").exists()  # nothing regenerated
+    refused = script("train", w=b, SAMPLES="6000")  # a run's stream would wrap around the file
+    assert refused.returncode == 1 and "has 5000 samples; a run takes 6064" in refused.stdout
+    (b / "regen1.jsonl").write_text("{}\n")  # a failed regeneration's shard: out of the merge
     # too short for the budget: extended from the id after its last, to REGEN_SAMPLES (12 % over
     # SAMPLES + EVAL_HELD, 6,791 here), in the background
-    extend = script("regen", w=b, SAMPLES="6000", GPUS="2")
+    # PY: a stand-in for splitserve.regenerate that writes its shard's ids (no target on CPU
+    # here), and the real python for the merge
+    fake = b / "fake_py"
+    fake.write_text(
+        "#!/usr/bin/env bash\n"
+        'echo "$@" >> "$(dirname "$0")/calls"\n'
+        f'[ "$1" = -c ] && exec {sys.executable} "$@"\n'
+        f'exec {sys.executable} -c "{FAKE_REGEN}" "$@"\n'
+    )
+    fake.chmod(0o755)
+    extend = script("regen", w=b, SAMPLES="6000", GPUS="2", PY=str(fake))
     assert extend.returncode == 0 and "samples 5000..6790 over 2 GPUs" in extend.stdout
-    deadline = time.time() + 30
-    while not (b / "calls").exists() or (b / "calls").read_text().count("--start") < 2:
-        assert time.time() < deadline
+    assert "moved aside: 1 shard files" in extend.stdout
+    assert list((b / "regen").glob("stale-*/regen1.jsonl"))
+    deadline = time.time() + 60
+    while (b / "regen.jsonl").read_text().count("\n") < 6791:  # merged by the real python
+        assert time.time() < deadline, (b / "regen/regen.log").read_text()
         time.sleep(0.2)
     calls = sorted((b / "calls").read_text().splitlines()[:2])
     assert all("--samples 6791 --start 5000" in c for c in calls)
     assert "--shard 0/2" in calls[0] and "--shard 1/2" in calls[1]
+    ids = [json.loads(x)["g"] for x in (b / "regen.jsonl").read_text().splitlines()]
+    assert ids == list(range(6791))  # in id order, one line each (a shard's last line had no \n)
+    assert not list(b.glob("regen[0-9]*.jsonl*"))  # the merged shards are gone
     usage = script(w=b)
     assert usage.returncode == 2 and "data-in DIR" in usage.stdout and "follow S" in usage.stdout

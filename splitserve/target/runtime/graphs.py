@@ -84,6 +84,7 @@ def capture(fn: Callable, device: torch.device, pool=None, warmup: int = 2, befo
     `before`, called (uncaptured) before each warm-up run and before the capture, to restore
     what a run changes."""
     global _capture_s
+    torch.cuda.synchronize(device)  # work queued before is not the capture's
     t0 = time.perf_counter()
     with torch.cuda.device(device):
         side = torch.cuda.Stream()
