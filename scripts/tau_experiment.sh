@@ -21,7 +21,7 @@
 #   bash scripts/tau_experiment.sh snap OUT     # the small results so far (no weights)
 #   bash scripts/tau_experiment.sh data-out OUT # the regenerated file, gzipped in parts of 15 MB
 #   bash scripts/tau_experiment.sh data-in DIR  #   (what a device call brings back), and back
-#                                               #   into W/regen.jsonl, which `regen` then keeps
+#                                               #   into W/regen.jsonl, which `regen` keeps or extends
 #
 #   bash scripts/tau_experiment.sh pipeline     # all of the above in one background job, in
 #   bash scripts/tau_experiment.sh follow S     #   order of worth (below); follow polls it
@@ -92,7 +92,8 @@ REGEN_EXTRA=${REGEN_EXTRA:-}
 STEPS=$((SAMPLES / MICRO))
 # regenerate leaves out samples whose prompt is longer than data.max_prompt_tokens (1,348 of
 # the first 16,032 of +recipe=smol_gpu's stream, 8.4 %): ask for 12 % more than a run takes
-REGEN_SAMPLES=${REGEN_SAMPLES:-$(((SAMPLES + EVAL_HELD) * 112 / 100))}
+NEED=$((SAMPLES + EVAL_HELD))  # the samples a run takes (its budget and the held-out ones)
+REGEN_SAMPLES=${REGEN_SAMPLES:-$((NEED * 112 / 100))}
 PY=${PY:-python}
 mkdir -p "$W"
 [[ $GPUS =~ ^[1-9][0-9]*$ ]] || { echo "error: GPUS=$GPUS: a positive number of GPUs"; exit 1; }
@@ -186,7 +187,7 @@ regen)  # in the background: `wait regen S` polls it
   export REGEN_START=0
   if [ -f "$W/regen.jsonl" ]; then  # e.g. brought from an earlier session with data-in
     n=$(wc -l < "$W/regen.jsonl")
-    if [ "$n" -ge $((SAMPLES + EVAL_HELD)) ]; then
+    if [ "$n" -ge "$NEED" ]; then
       echo "kept: $W/regen.jsonl exists ($n samples), not regenerated"
       exit 0
     fi
@@ -196,7 +197,7 @@ regen)  # in the background: `wait regen S` polls it
     [ -n "$last" ] || { echo "error: the last line of $W/regen.jsonl has no sample id g"; exit 1; }
     REGEN_START=$((last + 1))
     if [ "$REGEN_START" -ge "$REGEN_SAMPLES" ]; then
-      echo "warning: a run takes $((SAMPLES + EVAL_HELD)) samples (SAMPLES + EVAL_HELD); $W/regen.jsonl has $n, ids up to $((REGEN_START - 1)) >= REGEN_SAMPLES=$REGEN_SAMPLES: kept as it is"
+      echo "warning: a run takes $NEED samples (SAMPLES + EVAL_HELD); $W/regen.jsonl has $n, ids up to $((REGEN_START - 1)) >= REGEN_SAMPLES=$REGEN_SAMPLES: kept as it is"
       exit 0
     fi
     echo "extending: $W/regen.jsonl has $n samples, ids 0..$((REGEN_START - 1)); it must come from the same overrides"
@@ -234,8 +235,8 @@ train)
   ! running "$W/regen/regen.pid" || { echo "error: regeneration is still running (wait regen)"; exit 1; }
   n=$(wc -l < "$W/regen.jsonl")
   # fewer would repeat samples: the run's stream wraps around its file
-  [ "$n" -ge $((SAMPLES + EVAL_HELD)) ] || {
-    echo "error: $W/regen.jsonl has $n samples; a run takes $((SAMPLES + EVAL_HELD)) (SAMPLES + EVAL_HELD): run regen to extend it"
+  [ "$n" -ge "$NEED" ] || {
+    echo "error: $W/regen.jsonl has $n samples; a run takes $NEED (SAMPLES + EVAL_HELD): run regen to extend it"
     exit 1
   }
   mkdir -p "$W/runs"

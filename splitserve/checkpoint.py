@@ -306,7 +306,7 @@ def resolve(path: Path, log: Callable[[str], None] = _stderr) -> Path:
         raise FileNotFoundError(
             f"{path} is not a complete SplitServe checkpoint: it does not exist"
         )
-    if (path / EXPORTED_CONFIG).is_file():
+    if is_exported(path):
         return path
     if (path / "checkpoints").is_dir() and not (path / COMPLETE).exists():
         ckpt = latest_good(path, log, needed=DRAFT_FILES)
@@ -335,7 +335,7 @@ def read_draft(path: Path, log: Callable[[str], None] = _stderr) -> DraftCheckpo
     resolved checkpoint is validated again, which costs a few stat calls), or of an exported
     draft directory (no target, step or run config: see DraftCheckpoint)."""
     path = resolve(path, log)
-    if (path / EXPORTED_CONFIG).is_file():
+    if is_exported(path):
         return DraftCheckpoint(
             path=path,
             step=None,
@@ -374,14 +374,14 @@ def init_source(path: Path, log: Callable[[str], None] = _stderr) -> Path:
     """The directory `read_init_draft` reads: an exported draft directory as given, else the
     checkpoint `resolve` picks (a run directory's newest complete one)."""
     path = Path(path)
-    return path if (path / EXPORTED_CONFIG).is_file() else resolve(path, log)
+    return path if is_exported(path) else resolve(path, log)
 
 
 def read_init_config(path: Path, log: Callable[[str], None] = _stderr) -> DraftConfig:
     """The draft config of what `read_init_draft` reads, without loading its weights (what the
     launcher checks against the run's before any worker starts)."""
     path = Path(path)
-    if not (path / EXPORTED_CONFIG).is_file():
+    if not is_exported(path):
         return read_draft_config(resolve(path, log))
     config = json.loads((path / EXPORTED_CONFIG).read_text())
     if "splitserve_draft_config" not in config:
@@ -397,8 +397,7 @@ def read_init_draft(path: Path, log: Callable[[str], None] = _stderr):
     directory (config.json holding `splitserve_draft_config`, and model.safetensors, as
     serving.export writes them) or a checkpoint / run directory (its newest complete one)."""
     path = init_source(path, log)
-    exported = (path / EXPORTED_CONFIG).is_file()
-    return read_init_config(path, log), load_weights(path if exported else path / "draft")
+    return read_init_config(path, log), load_weights(path if is_exported(path) else path / "draft")
 
 
 def read_run_section(ckpt: Path, key: str) -> dict:
@@ -408,7 +407,7 @@ def read_run_section(ckpt: Path, key: str) -> dict:
     if not (Path(ckpt) / RUN_CONFIG).is_file():
         why = (
             "an exported draft keeps no run config; pass the run's checkpoint"
-            if (Path(ckpt) / EXPORTED_CONFIG).is_file()
+            if is_exported(ckpt)
             else "not a SplitServe checkpoint"
         )
         raise FileNotFoundError(f"{Path(ckpt) / RUN_CONFIG} does not exist: {why}")
