@@ -49,6 +49,7 @@ from splitserve.target.chat import prompt_ids  # noqa: E402
 from splitserve.target.embedded import ensure_smollm2  # noqa: E402
 from splitserve.target.models import load_causal_lm, load_frozen_head  # noqa: E402
 from splitserve.target.runtime import EagerEngine, StaticEngine  # noqa: E402
+from splitserve.target.runtime.graphs import compiled  # noqa: E402
 
 
 def step_ms(engine, width: int, context: int, vocab: int, repeats: int, device) -> float:
@@ -115,7 +116,7 @@ def profile_step(model, layer_ids, width, args, device) -> dict:
 
     engine = StaticEngine(model, layer_ids, max_len=2048, widths=[], compile_step=False)
     if args.compile:
-        engine.step.fn = torch.compile(engine._step, dynamic=False)
+        engine.step.fn = compiled(engine._step, 1)
     vocab = model.config.vocab_size
     engine.begin(args.context + width + 1)
     engine.forward(torch.randint(0, vocab, (args.context,)).to(device), 0)

@@ -14,7 +14,8 @@ GSM8K prompts, static runtime, all in one run:
   (acceptance, the draft's commit, the host read);
 - `tau_for_2x` = 2 x spec step / target-only step: the tau a draft needs for 2x at these costs
   (speedup = tau x target-only step / spec step, since a step emits tau tokens on average).
-`--compile`: the target's step torch.compile'd inside the graphs (verify, target-only, fused).
+`--compile`: the decoders' `compile` (serving.decoder): the fused steps (speculative and
+target-only) compiled whole, the verify steps and the proposal each compiled, inside the graphs.
 """
 
 from __future__ import annotations
@@ -36,7 +37,6 @@ from serving.decoder import SpeculativeDecoder  # noqa: E402
 from splitserve.target.chat import prompt_ids  # noqa: E402
 from splitserve.target.embedded import ensure_smollm2  # noqa: E402
 from splitserve.target.models import load_causal_lm  # noqa: E402
-from splitserve.target.runtime import StaticEngine  # noqa: E402
 
 LAYER_IDS = [1, 15, 27]
 MAX_LEN = 2048
@@ -44,16 +44,9 @@ MAX_LEN = 2048
 
 def decoder(model, draft, compile_step: bool) -> SpeculativeDecoder:
     widths = [draft.cfg.block_size + 1] if draft is not None else None  # one graph shape
-    dec = SpeculativeDecoder(model, draft, runtime="static", max_len=MAX_LEN, verify_widths=widths)
-    if compile_step:
-        dec.engine = StaticEngine(
-            model,
-            dec.layer_ids,
-            max_len=MAX_LEN,
-            widths=dec.verify_widths,
-            compile_step=True,
-        )
-    return dec
+    return SpeculativeDecoder(
+        model, draft, runtime="static", max_len=MAX_LEN, verify_widths=widths, compile=compile_step
+    )
 
 
 def per_step_ms(dec, prompts, tokens: int, device) -> tuple[float, float]:
@@ -77,7 +70,7 @@ def main() -> int:
     ap.add_argument("--prompts", type=int, default=10)
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--repeats", type=int, default=30)
-    ap.add_argument("--compile", action="store_true", help="torch.compile the target's step")
+    ap.add_argument("--compile", action="store_true", help="torch.compile every graphed step")
     ap.add_argument("--quick", action="store_true", help="2 prompts, 16 tokens (a smoke run)")
     args = ap.parse_args()
     if args.quick:

@@ -70,6 +70,7 @@ class BatchDecoder:
             self.state,
             lambda survival: row_lengths(survival, cfg),
             self.engine.graphs,
+            compile=decoder.compile,  # the decoder's choice, as its schedule and widths
         )
 
     @torch.no_grad()

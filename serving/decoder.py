@@ -37,7 +37,7 @@ import torch
 from draft_models import get_arch
 from draft_models.sampling import pick_counted
 from splitserve.target.runtime import make_engine
-from splitserve.target.runtime.graphs import capture
+from splitserve.target.runtime.graphs import capture, compiled
 
 from .acceptance import NOISE_PER_BLOCK, accept_block
 from .fused_step import FusedStep, StepState
@@ -92,10 +92,12 @@ class GraphedProposal:
     """A static-state proposer's proposal as one CUDA-graph replay per temperature: captured on
     first use over the proposer's own input, context and counter buffers, which later requests
     reuse. The capture's warm-up runs advance the draw counter; it is put back, so the first
-    replay draws what an eager proposal would."""
+    replay draws what an eager proposal would. `compile`: the graphs capture a torch.compile'd
+    proposal (one compilation per temperature)."""
 
-    def __init__(self, proposer) -> None:
+    def __init__(self, proposer, compile: bool = False) -> None:
         self.proposer, self.graphs = proposer, {}
+        self.step = compiled(proposer.step, 4) if compile else proposer.step
         # one memory pool for every temperature's graph: they never run at once
         self.pool = torch.cuda.graph_pool_handle()
 
@@ -106,7 +108,7 @@ class GraphedProposal:
         if temperature not in self.graphs:
             draws = p.draws.clone()
             self.graphs[temperature] = capture(
-                lambda: p.step(temperature), p.anchor_in.device, self.pool
+                lambda: self.step(temperature), p.anchor_in.device, self.pool
             )
             p.draws.copy_(draws)
         graph, outputs = self.graphs[temperature]
@@ -128,13 +130,17 @@ class SpeculativeDecoder:
         verify_widths: Sequence[int] | None = None,
         runtime: str = "auto",
         max_len: int = MAX_LEN,
+        compile: bool = False,
     ) -> None:
         """`runtime`: how the target runs (splitserve.target.runtime.make_engine: eager, static =
         static KV cache with one CUDA graph per verify width on a GPU, auto = static where the
-        target allows it on a GPU); `max_len`: the most positions one request may use."""
+        target allows it on a GPU); `max_len`: the most positions one request may use;
+        `compile`: every graph captures torch.compile'd code (the fused step whole, or the
+        target's verify and the proposal apart), fewer and fused kernels for a compilation per
+        graph on its first use (static runtime on a GPU only)."""
         self.target = target.eval()
         self.device = next(target.parameters()).device
-        self.runtime, self.max_len = runtime, max_len
+        self.runtime, self.max_len, self.compile = runtime, max_len, compile
         self.draft = draft.eval() if draft is not None else None
         self.scheduler = scheduler = scheduler or SchedulerConfig("fixed")
         self.gamma, self.layer_ids, self.sps_by_width = 0, [], None
@@ -178,7 +184,12 @@ class SpeculativeDecoder:
             )
         self.verify_widths = widths
         self.engine = make_engine(
-            self.target, self.layer_ids, runtime, max_len=max_len, widths=widths
+            self.target,
+            self.layer_ids,
+            runtime,
+            max_len=max_len,
+            widths=widths,
+            compile_step=compile,
         )
         # with a graphed target the proposer is kept across requests and its proposal graphed
         self.kept_proposer = self.graphed_proposal = None
@@ -316,6 +327,7 @@ class SpeculativeDecoder:
                 survival[0], self.scheduler, self.sps_by_width
             ).view(1),
             graphs,
+            compile=self.compile,
         )
         if graphs:
             self.fused = fused
@@ -338,7 +350,7 @@ class SpeculativeDecoder:
         proposer.reset(seed)
         if graphs:
             self.kept_proposer = proposer
-            self.graphed_proposal = GraphedProposal(proposer)
+            self.graphed_proposal = GraphedProposal(proposer, compile=self.compile)
             return proposer, self.graphed_proposal
         return proposer, None
 

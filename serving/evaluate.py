@@ -14,7 +14,9 @@ outputs equal the target-only output; `draft_step_ms` is the median time of one 
 `acceptance.png` plots acceptance by position. The default --out is RUN/eval/step-N-tT
 (EXPORT-eval/EXPORT-tT beside an exported draft directory, served with --target). Each benchmark's
 JSON is written as soon as it is complete. The first prompt is decoded once untimed first
-(CUDA-graph capture, allocations); graphs first needed later (longer contexts, the shorter
+(CUDA-graph capture, allocations), and every prompt is prefilled untimed before its timed
+decoding (first-use costs of its shapes, such as cuDNN's attention plan for a new prompt length,
+fall on neither decoder); graphs first needed later (longer contexts, the shorter
 verify widths at a request's end) are captured inside the timing, and their capture time is
 measured and left out of `wall_s`, `step_ms` and tokens/s (as a server that captured its graphs
 at start-up would decode), reported as `capture_s`. `--no-baseline` skips target-only decoding
@@ -120,20 +122,30 @@ class Tally:
 
 def _decode(decoder, prompts: list[list[int]], seeds: list[int], args, eos: int):
     """(results, wall seconds, of which capturing graphs) of decoding `prompts` with a batch-1
-    decoder (one after another) or a BatchDecoder (R at a time)."""
+    decoder (one after another) or a BatchDecoder (R at a time). Each prompt is first prefilled
+    untimed (a one-token request): first-use costs of a prompt's shapes in the eager prefill and
+    the draft's commit (cuDNN builds an attention plan per new shape) fall outside the timing,
+    for either decoder, whichever decodes a prompt first (the target-only decoder met the same
+    prompt shapes right after the speculative one, so it alone was timed with them warm). A
+    prompt as long as a verify width prefills through that width's graph, so its capture then
+    happens there, untimed and outside `capture_s`."""
+
+    def run(tokens: int):
+        kw = {"temperature": args.temperature, "eos_token_id": eos}
+        if isinstance(decoder, BatchDecoder):
+            return decoder.generate(prompts, tokens, seeds=seeds, **kw)
+        return [
+            decoder.generate(p, tokens, seed=seed, **kw)
+            for p, seed in zip(prompts, seeds, strict=True)
+        ]
+
+    run(1)  # the prefills, untimed
     sync = decoder.device.type == "cuda"
     if sync:
         torch.cuda.synchronize(decoder.device)
     captured = capture_seconds()
     t0 = time.perf_counter()
-    kw = {"temperature": args.temperature, "eos_token_id": eos}
-    if isinstance(decoder, BatchDecoder):
-        results = decoder.generate(prompts, args.max_new_tokens, seeds=seeds, **kw)
-    else:
-        results = [
-            decoder.generate(p, args.max_new_tokens, seed=seed, **kw)
-            for p, seed in zip(prompts, seeds, strict=True)
-        ]
+    results = run(args.max_new_tokens)
     if sync:
         torch.cuda.synchronize(decoder.device)
     return results, time.perf_counter() - t0, capture_seconds() - captured
@@ -152,7 +164,11 @@ def tally_bench(
     baseline = None
     if not args.no_baseline:
         baseline = SpeculativeDecoder(
-            decoder.target, None, runtime=decoder.runtime, max_len=decoder.max_len
+            decoder.target,
+            None,
+            runtime=decoder.runtime,
+            max_len=decoder.max_len,
+            compile=decoder.compile,  # the baseline runs as the speculative decoder does
         )
     if batch > 1:
         decoder = BatchDecoder(decoder, batch)

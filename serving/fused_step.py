@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
-from splitserve.target.runtime.graphs import capture
+from splitserve.target.runtime.graphs import capture, compiled
 
 from .acceptance import NOISE_PER_BLOCK, accept_rows
 
@@ -68,8 +68,9 @@ class FusedStep:
     (accepted drafts, scheduled drafts, tokens: the accepted drafts then the bonus, then
     padding), with `state` advanced to the next anchors; `confidence` then holds the proposal's
     raw confidence logits [R, gamma] (or None). Graphed per (width, extent, temperature) when
-    `graphs`, else eager. The returned tensors are overwritten by the next step: read them
-    before."""
+    `graphs`, else eager; `compile`: the step is torch.compile'd whole (proposal, verify,
+    acceptance and commit fused across their boundaries), one compilation per graph. The
+    returned tensors are overwritten by the next step: read them before."""
 
     def __init__(
         self,
@@ -78,6 +79,7 @@ class FusedStep:
         state: StepState,
         schedule: Callable[[torch.Tensor], torch.Tensor],
         graphs: bool,
+        compile: bool = False,
     ) -> None:
         """`schedule(survival [R, gamma])`: the drafts each row may verify ([R], no host read).
         `engine`: one with `block_rows` (the static engine with R rows); `proposer`: one with
@@ -86,10 +88,12 @@ class FusedStep:
         self.graphs: dict | None = {} if graphs else None
         self.pool = torch.cuda.graph_pool_handle() if graphs else None
         self.confidence: torch.Tensor | None = None
+        # variants: up to 16 widths at two temperatures per cache-length bucket
+        self.run = compiled(self._step, 32 * len(engine.buckets)) if compile else self._step
 
     def __call__(self, width: int, extent: int, temperature: float) -> torch.Tensor:
         if self.graphs is None:
-            packed, self.confidence = self._step(width, extent, temperature)
+            packed, self.confidence = self.run(width, extent, temperature)
             return packed
         key = (width, extent, temperature)
         if key not in self.graphs:
@@ -111,7 +115,7 @@ class FusedStep:
                 t.copy_(v)
 
         return capture(
-            lambda: self._step(width, extent, temperature),
+            lambda: self.run(width, extent, temperature),
             self.state.anchor.device,
             self.pool,
             before=restore,

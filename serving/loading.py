@@ -71,6 +71,7 @@ def load_decoder(
     verify_widths=None,
     dtype: str = "auto",
     runtime: str = "auto",
+    compile: bool = False,
 ):
     """(decoder, tokenizer) for a SplitServe checkpoint (or a run directory's newest one). dtype
     auto: fp32 on CPU, bf16 on GPU (greedy output is bit-identical to target-only decoding in
@@ -113,6 +114,7 @@ def load_decoder(
         block_size=block_size,
         verify_widths=verify_widths,
         runtime=runtime,
+        compile=compile,
     )
     return decoder, tokenizer
 
@@ -177,6 +179,17 @@ def add_decoding_args(ap, *, scheduler_default: str = "fixed") -> None:
         "on a GPU (Llama-family targets), eager = transformers; auto: static where it applies on a "
         "GPU, else eager",
     )
+    add_compile_arg(ap)
+
+
+def add_compile_arg(ap) -> None:
+    """--compile (the static runtime's graphs capture torch.compile'd steps)."""
+    ap.add_argument(
+        "--compile",
+        action="store_true",
+        help="static runtime on a GPU: each CUDA graph captures torch.compile'd code (fewer, "
+        "fused kernels per step); every graph compiles once, on first use, before its capture",
+    )
 
 
 def decoder_from_args(args):
@@ -197,4 +210,5 @@ def decoder_from_args(args):
         verify_widths=args.verify_widths,
         dtype=args.dtype,
         runtime=args.runtime,
+        compile=args.compile,
     )

@@ -1,9 +1,10 @@
 """Profile the step rate by verify width on this device and write the SPS table SGLang reads.
 
     python -m serving.profile_sps --out sps.json [--target DIR] [--widths 1 2 4 8 16] \
-        [--context 512] [--repeats 5] [--runtime auto|eager|static]
+        [--context 512] [--repeats 5] [--runtime auto|eager|static] [--compile]
     python -m serving.profile_sps --out sps.json --checkpoint CKPT [--widths 1 2 ... gamma+1] \
-        [--context 512] [--repeats 5] [--new-tokens 256] [--runtime ...] [--device] [--dtype]
+        [--context 512] [--repeats 5] [--new-tokens 256] [--runtime ...] [--compile] [--device]
+        [--dtype]
 
 Without `--checkpoint`, the target's verify step alone: for each width B the target runs B tokens
 over a KV cache already holding `--context` tokens on the engine decoding uses (`--runtime`, as
@@ -39,7 +40,7 @@ from splitserve.target.runtime.engines import RUNTIMES, make_engine
 
 from . import cli
 from .decoder import MAX_LEN
-from .loading import add_device_args, load_decoder, pick_device
+from .loading import add_compile_arg, add_device_args, load_decoder, pick_device
 from .scheduler import SchedulerConfig
 from .sps import SpsTable
 
@@ -56,9 +57,16 @@ def _synced(fn, device) -> tuple[float, object]:
 
 
 def profile(
-    target, widths: list[int], context: int, repeats: int, device, runtime: str = "eager"
+    target,
+    widths: list[int],
+    context: int,
+    repeats: int,
+    device,
+    runtime: str = "eager",
+    compile: bool = False,
 ) -> SpsTable:
-    """Verify steps/s by width on the engine `runtime` makes of `target` (as decoding does)."""
+    """Verify steps/s by width on the engine `runtime` makes of `target` (as decoding does;
+    `compile`: as decoding with --compile does)."""
     if not widths or widths != sorted(set(widths)) or widths[0] < 1:
         raise ValueError(f"--widths must be strictly increasing integers >= 1, got {widths}")
     if context < 1 or repeats < 1:
@@ -66,7 +74,9 @@ def profile(
     vocab = target.config.get_text_config().vocab_size
     # the decoder's cache length: the static engine attends over the same length bucket
     max_len = max(MAX_LEN, context + widths[-1] + 1)
-    engine = make_engine(target, [], runtime, max_len=max_len, widths=list(widths))
+    engine = make_engine(
+        target, [], runtime, max_len=max_len, widths=list(widths), compile_step=compile
+    )
     print(f"engine {type(engine).__name__}, context {context}")
     g = torch.Generator().manual_seed(0)
     rates = []
@@ -199,6 +209,7 @@ def build_parser():
         help="the engine timed, as decoding picks it: static = static KV cache and one CUDA "
         "graph per width (Llama-family targets on a GPU); auto: static where it applies",
     )
+    add_compile_arg(ap)
     return ap
 
 
@@ -214,6 +225,7 @@ def main(argv=None) -> int:
                 device=args.device,
                 dtype=args.dtype,
                 runtime=args.runtime,
+                compile=args.compile,
             )
             widths = args.widths or list(range(1, decoder.gamma + 2))
             table = profile_steps(decoder, widths, args.context, args.repeats, args.new_tokens)
@@ -229,7 +241,9 @@ def main(argv=None) -> int:
             device = pick_device(args.device)
             target = load_causal_lm(args.target, device, args.dtype)
             widths = args.widths or [1, 2, 4, 8, 16]
-            table = profile(target, widths, args.context, args.repeats, device, args.runtime)
+            table = profile(
+                target, widths, args.context, args.repeats, device, args.runtime, args.compile
+            )
     except (ValueError, FileNotFoundError, NotImplementedError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

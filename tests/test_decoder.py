@@ -211,6 +211,11 @@ def test_bad_decoder_inputs():
             draft_for(target, **DRAFT_KINDS["eagle3"]),
             scheduler=SchedulerConfig("threshold"),
         )
+    # compile only pays inside CUDA graphs: refused where none run
+    with pytest.raises(ValueError, match="compiled steps run inside CUDA graphs; no GPU here"):
+        SpeculativeDecoder(target, draft_for(target), runtime="static", compile=True)
+    with pytest.raises(ValueError, match="compile needs the static runtime on a GPU"):
+        SpeculativeDecoder(target, None, runtime="auto", compile=True)
 
 
 def test_fixed_shape_steps_are_still_lossless():

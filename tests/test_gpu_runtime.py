@@ -7,6 +7,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 from test_decoder import DRAFT_KINDS, MODES, draft_for, reference_greedy, tiny_target
+from torch._dynamo.utils import counters
 
 from serving.decoder import GraphedProposal, SpeculativeDecoder, make_proposer
 from serving.evaluate import _decode
@@ -138,10 +139,54 @@ def test_evaluate_leaves_graph_captures_out_of_its_timing():
     draft = draft_for(target, **DRAFT_KINDS["dspark"]).to(CUDA)
     dec = SpeculativeDecoder(target, draft, runtime="static", max_len=600)
     args = SimpleNamespace(temperature=0.0, max_new_tokens=300)
+    prompt = [3, 9, 27, 81, 5, 17]  # 6 tokens: no verify width (1..5), so the prefill is eager
     before = capture_seconds()
-    _, wall, captured = _decode(dec, [[3, 9, 27, 81]], [0], args, None)
+    _, wall, captured = _decode(dec, [prompt], [0], args, None)
     graphs = len(dec.fused.graphs)
     assert graphs >= 2 and 0 < captured < wall  # buckets 256 and 512, and widths at the end
     assert capture_seconds() - before == pytest.approx(captured)
-    _, wall, captured = _decode(dec, [[3, 9, 27, 81]], [0], args, None)
+    _, wall, captured = _decode(dec, [prompt], [0], args, None)
     assert captured == 0.0 and len(dec.fused.graphs) == graphs
+
+
+@pytest.mark.parametrize("arch,mode", [("dspark", 0), ("eagle3", 0), ("dspark", 1)])
+def test_compiled_decoding_equals_graphed_decoding(arch, mode):
+    """`compile=True` (graphs of torch.compile'd code: the fused step whole for the fixed
+    schedule at one verify width; the verify steps and the proposal apart for the threshold
+    schedule, over two verify widths) against the same decoder uncompiled, greedy and at
+    temperature 1: the same tokens and acceptance counts (fp64: a fused kernel's other
+    rounding order moves a logit by ~1e-16, far below any gap that decides a token here), and
+    greedy equal to the target's own greedy decoding."""
+    on_cpu = tiny_target()
+    target = tiny_target().to(CUDA)
+    draft = draft_for(target, **DRAFT_KINDS[arch]).to(CUDA)
+    widths = [5] if mode == 0 else [2, 5]  # few graphs: each compiles
+    counters.clear()
+    compiled, plain = (
+        SpeculativeDecoder(
+            target,
+            draft,
+            scheduler=MODES[mode],
+            runtime="static",
+            max_len=256,
+            verify_widths=widths,
+            compile=c,
+        )
+        for c in (True, False)
+    )
+    for seed, prompt in enumerate(([3, 9, 27, 81], [5, 17, 42, 8, 3, 1, 1])):
+        for temperature in (0.0, 1.0):
+            a, b = (
+                d.generate(prompt, 40, temperature=temperature, seed=seed)
+                for d in (compiled, plain)
+            )
+            assert a.token_ids == b.token_ids
+            assert a.accepted == b.accepted and a.widths == b.widths
+            if temperature == 0.0:
+                assert a.token_ids == reference_greedy(on_cpu, prompt, 40)
+    assert counters["stats"]["unique_graphs"] > 0  # dynamo compiled what ran
+    assert not counters["graph_break"], dict(counters["graph_break"])  # and in whole graphs
+    if mode == 0:
+        assert set(compiled.fused.graphs) == {(5, 256, 0.0), (5, 256, 1.0)}
+    else:
+        assert compiled.fused is None and set(compiled.graphed_proposal.graphs) == {0.0, 1.0}

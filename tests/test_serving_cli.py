@@ -219,6 +219,10 @@ def test_serving_cli_errors(dspark_ckpt, eagle3_ckpt, tmp_path, capsys, monkeypa
     assert "no confidence head" in capsys.readouterr().err and not (tmp_path / "s.json").exists()
     assert evaluate_main(["--checkpoint", str(tmp_path), "--bench", "gsm8k"]) == 2
     assert "not a complete SplitServe checkpoint" in capsys.readouterr().err
+    flags = ["--checkpoint", str(dspark_ckpt), "--bench", "gsm8k", "--device", "cpu"]
+    assert evaluate_main(flags + ["--compile", "--out", str(tmp_path / "c")]) == 2
+    err = capsys.readouterr().err
+    assert "compile needs the static runtime on a GPU" in err and not (tmp_path / "c").exists()
     bad = tmp_path / "shared" / "gsm8k"
     bad.mkdir(parents=True)
     (bad / "test_public.jsonl").write_text('{"question": "ok"}\n{"question": \n')

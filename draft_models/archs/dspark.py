@@ -223,9 +223,12 @@ class DSparkProposer:
         state = head.init_state(r, hidden) if head is not None else None
         tokens, dists, conf = [], [], []
         prev = anchor
+        # the target head over every slot at once: its vocab x hidden weight (the largest read
+        # of a proposal) is read once, not gamma times (only the Markov term needs the prefix)
+        head_logits = d.target_head.logits(hidden[:, : self.gamma]).float()
         for k in range(self.gamma):
             h = hidden[:, k]
-            logits = d.target_head.logits(h).float()
+            logits = head_logits[:, k]
             if head is not None:
                 z, state = head.step(state, prev, h)
                 logits = logits + head.markov_w2(z).float()

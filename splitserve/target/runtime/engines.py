@@ -29,7 +29,7 @@ from transformers import DynamicCache
 from ..capture import capture_states
 from ..linear_state import LinearStateStager, crop_cache, has_linear_layers
 from ..models import cache_kwarg
-from .graphs import GraphedStep
+from .graphs import GraphedStep, compiled
 from .static_llama import SUPPORTED, StaticLlama, unsupported_reason
 
 RUNTIMES = ("auto", "eager", "static")
@@ -124,16 +124,8 @@ class StaticEngine:
             raise ValueError(f"buckets {self.buckets} must be >= 1 and end at max_len={max_len}")
         use_graphs = self.device.type == "cuda" if graphs is None else graphs
         graphed = None
-        if compile_step:
-            import torch._dynamo
-
-            # one compiled variant per (width, bucket); dynamo's default limit would leave the
-            # rest eager without a word
-            limit = len(widths or []) * len(self.buckets) + 8
-            cfg = torch._dynamo.config
-            name = "recompile_limit" if hasattr(cfg, "recompile_limit") else "cache_size_limit"
-            setattr(cfg, name, max(getattr(cfg, name), limit))  # the older name before 2.7
-            graphed = torch.compile(self._step, dynamic=False)
+        if compile_step:  # one variant per (width, bucket)
+            graphed = compiled(self._step, len(widths or []) * len(self.buckets))
         self.step = GraphedStep(
             self._step, widths or [], self.device, enabled=use_graphs, graph_fn=graphed
         )
@@ -211,8 +203,11 @@ def make_engine(
     *,
     max_len: int = 4096,
     widths: list[int] | None = None,
+    compile_step: bool = False,
 ):
-    """The engine for `runtime` (auto | eager | static); static refuses unsupported targets."""
+    """The engine for `runtime` (auto | eager | static); static refuses unsupported targets.
+    `compile_step`: the static engine's graphs capture a torch.compile'd step; refused where no
+    graphs run (the eager engine, or no GPU), since that is the only place it pays."""
     if runtime not in RUNTIMES:
         raise ValueError(f"runtime {runtime!r} is invalid; allowed: {', '.join(RUNTIMES)}")
     on_gpu = next(model.parameters()).device.type == "cuda"
@@ -220,5 +215,14 @@ def make_engine(
         why = static_refusal(model)
         if why is not None:
             raise ValueError(f"runtime=static {why} (use eager)")
-        return StaticEngine(model, layer_ids, max_len=max_len, widths=widths)
+        if compile_step and not on_gpu:
+            raise ValueError("compile: the compiled steps run inside CUDA graphs; no GPU here")
+        return StaticEngine(
+            model, layer_ids, max_len=max_len, widths=widths, compile_step=compile_step
+        )
+    if compile_step:
+        raise ValueError(
+            f"compile needs the static runtime on a GPU (CUDA graphs); runtime={runtime} picks "
+            "the eager engine (transformers) here"
+        )
     return EagerEngine(model, layer_ids)

@@ -67,6 +67,22 @@ class GraphedStep:
         return _Graph(graph, static_ids, static_pos, outputs)
 
 
+def compiled(fn: Callable, variants: int) -> Callable:
+    """`fn` torch.compile'd for capture in CUDA graphs: fixed shapes (`dynamic=False`), each
+    Python int or float argument baked in, so every graph variant (a width, bucket or
+    temperature) compiles once, on its first capture. Dynamo's recompile limit is raised to hold
+    `variants` more variants of one function: past its default (8) it would leave the rest
+    eager without a word."""
+    import torch._dynamo
+
+    cfg = torch._dynamo.config
+    name = "recompile_limit" if hasattr(cfg, "recompile_limit") else "cache_size_limit"
+    setattr(cfg, name, max(getattr(cfg, name), variants + 8))  # the older name before 2.7
+    if hasattr(cfg, "accumulated_recompile_limit"):  # every function's variants together
+        cfg.accumulated_recompile_limit = max(cfg.accumulated_recompile_limit, 4 * variants)
+    return torch.compile(fn, dynamic=False)
+
+
 _capture_s = 0.0  # wall seconds this process has spent in `capture`
 
 
