@@ -21,7 +21,6 @@ target-only) compiled whole, the verify steps and the proposal each compiled, in
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -30,7 +29,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_runtime import random_draft, step_ms  # noqa: E402  (scripts/)
-from benchlib import sync  # noqa: E402
+from benchlib import sync, write_report  # noqa: E402
 
 from serving.benchmarks import load_bench  # noqa: E402
 from serving.decoder import SpeculativeDecoder  # noqa: E402
@@ -112,9 +111,7 @@ def main() -> int:
         "rest_ms": spec_ms - proposal - verify[8],
         "tau_for_2x": 2 * spec_ms / base_ms,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=1))
-    print(json.dumps(report, indent=1))
+    write_report(args.out, report)
     return 0
 
 

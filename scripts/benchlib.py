@@ -1,10 +1,13 @@
 """Timing helpers the GPU benchmark scripts share: device sync, a median timer, the device's copy
-bandwidth (the memory floor every step figure is reported beside) and a model's weight bytes."""
+bandwidth (the memory floor every step figure is reported beside), a model's weight bytes, and
+the report's JSON written and printed."""
 
 from __future__ import annotations
 
+import json
 import statistics
 import time
+from pathlib import Path
 
 import torch
 
@@ -45,3 +48,11 @@ def weight_bytes(model) -> int:
             seen.add(p.data_ptr())
             total += p.numel() * p.element_size()
     return total
+
+
+def write_report(out: Path, report: dict) -> None:
+    """`report` as JSON to `out` (its folder made) and to stdout."""
+    text = json.dumps(report, indent=1)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text)
+    print(text)

@@ -23,7 +23,6 @@ On CPU (no graphs) the same code runs eagerly: a smoke run, not a measurement.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from collections import defaultdict
@@ -34,7 +33,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_runtime import step_ms  # noqa: E402  (scripts/)
 from bench_step import per_step_ms  # noqa: E402
-from benchlib import sync  # noqa: E402
+from benchlib import sync, write_report  # noqa: E402
 
 from serving.benchmarks import load_bench  # noqa: E402
 from serving.decoder import SpeculativeDecoder  # noqa: E402
@@ -152,9 +151,7 @@ def main() -> int:
     }
     spec_r, base_r = report["spec"], report["base"]
     report["speedup"] = spec_r["tau"] * base_r["step_ms"] / spec_r["step_ms"]
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=1))
-    print(json.dumps(report, indent=1))
+    write_report(args.out, report)
     return 0
 
 
