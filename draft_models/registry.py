@@ -23,8 +23,9 @@ class DraftArch:
     - `model`: class built as `model(resolved_cfg, frozen_target_head)`; consumes a PackedBatch.
     - `proposer`: class built as `proposer(draft, gamma, sts_temperatures)`, or with
       `static_state = True` as `proposer(draft, gamma, sts_temperatures, capacity)` (fixed
-      buffers, `reset(seed)`, `step(temperature)`: what the decoder graphs), with `commit(...)`
-      and `propose(...)` (see `draft_models.archs.dspark.DSparkProposer` for the contract).
+      buffers, `reset(seed)`, `step(temperature, extent)`: what the decoder graphs, over the
+      context positions below `extent`), with `commit(...)` and `propose(...)` (see
+      `draft_models.archs.dspark.DSparkProposer` for the contract).
     - `defaults`: DraftConfig fields that differ from the dataclass defaults for this
       architecture (`loss` as a nested mapping); applied to every field a config leaves unset.
     - `samples_from_anchor`: slot 0 holds the anchor and predicts the next token (DSpark); else the

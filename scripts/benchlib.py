@@ -31,6 +31,18 @@ def timed(fn, repeats: int, device) -> float:
     return statistics.median(times)
 
 
+def back_to_back_ms(fn, repeats: int, device) -> float:
+    """Mean milliseconds of fn() run `repeats` times back to back after one warm-up call, with
+    no sync between calls (graph replays: what a device does with nothing waiting on the host)."""
+    fn()
+    sync(device)
+    t0 = time.perf_counter()
+    for _ in range(repeats):
+        fn()
+    sync(device)
+    return 1000 * (time.perf_counter() - t0) / repeats
+
+
 def copy_bandwidth(device) -> float:
     """Bytes per second of a device-to-device copy (read + written), 1 GiB (64 MiB on CPU)."""
     n = (1 << 30) // 2 if torch.device(device).type == "cuda" else (1 << 26)

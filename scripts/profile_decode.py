@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from collections import defaultdict
 from pathlib import Path
 
@@ -33,7 +32,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_runtime import step_ms  # noqa: E402  (scripts/)
 from bench_step import per_step_ms  # noqa: E402
-from benchlib import sync, write_report  # noqa: E402
+from benchlib import back_to_back_ms, sync, write_report  # noqa: E402
 
 from serving.benchmarks import load_bench  # noqa: E402
 from serving.decoder import SpeculativeDecoder  # noqa: E402
@@ -55,16 +54,6 @@ def largest_step(dec: SpeculativeDecoder):
     key = max(fused.graphs, key=lambda k: k[1])
     graph, _ = fused.graphs[key]
     return graph.replay
-
-
-def replay_ms(replay, replays: int, device) -> float:
-    replay()
-    sync(device)
-    t0 = time.perf_counter()
-    for _ in range(replays):
-        replay()
-    sync(device)
-    return 1000 * (time.perf_counter() - t0) / replays
 
 
 def kernel_table(replay, device) -> dict:
@@ -137,7 +126,7 @@ def main() -> int:
         part = {"step_ms": ms, "tau": tau}
         replay = largest_step(dec)
         if replay is not None:
-            part["replay_ms"] = replay_ms(replay, args.replays, device)
+            part["replay_ms"] = back_to_back_ms(replay, args.replays, device)
             part["host_ms"] = ms - part["replay_ms"]
             part["kernels"] = kernel_table(replay, device)
             part["gaps_ms"] = part["replay_ms"] - part["kernels"]["sum_ms"]

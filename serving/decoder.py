@@ -89,29 +89,35 @@ def make_proposer(draft, gamma: int, sts: torch.Tensor, capacity: int, rows: int
 
 
 class GraphedProposal:
-    """A static-state proposer's proposal as one CUDA-graph replay per temperature: captured on
-    first use over the proposer's own input, context and counter buffers, which later requests
-    reuse. The capture's warm-up runs advance the draw counter; it is put back, so the first
-    replay draws what an eager proposal would. `compile`: the graphs capture a torch.compile'd
-    proposal (one compilation per temperature)."""
+    """A static-state proposer's proposal as one CUDA-graph replay per (temperature, context
+    bucket): captured on first use over the proposer's own input, context and counter buffers,
+    which later requests reuse. The capture's warm-up runs advance the draw counter; it is put
+    back, so the first replay draws what an eager proposal would. `engine`: the static target
+    engine whose cache-length bucket holding the anchor the proposal attends over (default:
+    the proposer's whole buffer). `compile`: the graphs capture a torch.compile'd proposal (one
+    compilation per graph)."""
 
-    def __init__(self, proposer, compile: bool = False) -> None:
-        self.proposer, self.graphs = proposer, {}
-        self.step = compiled(proposer.step, 4) if compile else proposer.step
-        # one memory pool for every temperature's graph: they never run at once
+    def __init__(self, proposer, engine=None, compile: bool = False) -> None:
+        self.proposer, self.engine, self.graphs = proposer, engine, {}
+        # variants: greedy and sampled, with room, per bucket
+        variants = 4 * (len(engine.buckets) if engine is not None else 1)
+        self.step = compiled(proposer.step, variants) if compile else proposer.step
+        # one memory pool for every graph: they never run at once
         self.pool = torch.cuda.graph_pool_handle()
 
     def __call__(self, anchor: torch.Tensor, pos: int, temperature: float, generator=None):
         p = self.proposer
         p.anchor_in.copy_(anchor)
         p.pos_in.fill_(pos)
-        if temperature not in self.graphs:
+        extent = None if self.engine is None else self.engine.extent_for(pos + 1)
+        key = (temperature, extent)
+        if key not in self.graphs:
             draws = p.draws.clone()
-            self.graphs[temperature] = capture(
-                lambda: self.step(temperature), p.anchor_in.device, self.pool
+            self.graphs[key] = capture(
+                lambda: self.step(temperature, extent), p.anchor_in.device, self.pool
             )
             p.draws.copy_(draws)
-        graph, outputs = self.graphs[temperature]
+        graph, outputs = self.graphs[key]
         graph.replay()
         tokens, dists, survival, p.confidence_logits = outputs
         return tokens, dists, survival
@@ -350,7 +356,7 @@ class SpeculativeDecoder:
         proposer.reset(seed)
         if graphs:
             self.kept_proposer = proposer
-            self.graphed_proposal = GraphedProposal(proposer, compile=self.compile)
+            self.graphed_proposal = GraphedProposal(proposer, self.engine, self.compile)
             return proposer, self.graphed_proposal
         return proposer, None
 

@@ -127,7 +127,7 @@ class FusedStep:
         if p is not None:
             p.anchor_in.copy_(s.anchor)
             p.pos_in.copy_(s.pos)
-            drafts, dists, survival, confidence = p.step_rows(temperature)
+            drafts, dists, survival, confidence = p.step_rows(temperature, extent)
             n_verify = torch.minimum(self.schedule(survival), s.remaining)
             drafts = drafts[:, : width - 1]
             dists = None if dists is None else dists[:, : width - 1]

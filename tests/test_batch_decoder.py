@@ -101,3 +101,39 @@ def test_rows_attention_equals_the_flat_dense_rule():
     torch.testing.assert_close(rows, flat)
     with pytest.raises(ValueError, match="needs the dense backend"):
         AttentionPlan(block, keys, backend="sdpa", rows=(r, c))
+
+
+@pytest.mark.parametrize("arch", ["dspark", "dflash", "eagle3"])
+@pytest.mark.parametrize("rows", [1, 2])
+def test_a_proposal_over_a_context_bucket_equals_one_over_the_whole_buffer(arch, rows):
+    """`step_rows(t, extent)` (what the decoders run: the target's cache-length bucket) proposes
+    what the whole buffer does, for an extent just past the largest anchor, greedy and T=1."""
+    from serving.decoder import make_proposer
+
+    target = tiny_target()
+    draft = draft_for(target, **DRAFT_KINDS[arch])
+    engine = SpeculativeDecoder(target, draft).engine
+    prompts = [[5, 17, 42, 8, 3, 1, 9, 60, 2, 7], [9, 1, 4, 4, 60, 2, 7, 30, 11, 3]][:rows]
+    sts = torch.ones(4, dtype=torch.float64)
+    p = make_proposer(draft, 4, sts, 64, rows=rows)
+    with torch.no_grad():
+        feats = []
+        for prompt in prompts:
+            engine.begin(64)
+            feats.append(engine.forward(torch.tensor(prompt), 0)[1])
+        p.commit_rows(torch.stack(feats), torch.tensor(prompts), 0)
+        pos = torch.tensor([10, 7][:rows])
+        for temperature in (0.0, 1.0):
+            out = []
+            for extent in (11, None):
+                p.reset(torch.arange(rows) + 3)
+                p.anchor_in.copy_(torch.tensor([11, 40][:rows]))
+                p.pos_in.copy_(pos)
+                out.append(p.step_rows(temperature, extent))
+            (tok_a, dist_a, surv_a, conf_a), (tok_b, dist_b, surv_b, conf_b) = out
+            assert torch.equal(tok_a, tok_b)
+            torch.testing.assert_close(surv_a, surv_b)
+            if temperature > 0:
+                torch.testing.assert_close(dist_a, dist_b)
+            if conf_a is not None:
+                torch.testing.assert_close(conf_a, conf_b)

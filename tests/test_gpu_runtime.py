@@ -45,8 +45,10 @@ def test_graphed_proposal_equals_the_eager_one(arch, temperature):
     draft = draft_for(target, **DRAFT_KINDS[arch]).to(CUDA)
     sts = torch.ones(4, dtype=torch.float64, device=CUDA)
     graphed_p, eager_p = (make_proposer(draft, 4, sts, 64) for _ in range(2))
-    graphed = GraphedProposal(graphed_p)
-    engine = StaticEngine(target, draft.cfg.target_layer_ids, max_len=64, graphs=False)
+    engine = StaticEngine(
+        target, draft.cfg.target_layer_ids, max_len=64, graphs=False, buckets=[8, 16, 64]
+    )
+    graphed = GraphedProposal(graphed_p, engine)  # over the engine's buckets: 8, then 16
     with torch.no_grad():
         for seed, prompt in enumerate(([5, 17, 42, 8, 3], [9, 1, 4, 4, 60, 2, 7, 30, 11])):
             _, feats = engine.forward(torch.tensor(prompt, device=CUDA), 0)
@@ -55,12 +57,14 @@ def test_graphed_proposal_equals_the_eager_one(arch, temperature):
                 p.commit(feats, torch.tensor(prompt, device=CUDA), 0)
             for anchor in (2, 40, 77):
                 a = graphed(torch.tensor([anchor], device=CUDA), len(prompt), temperature)
-                b = eager_p.propose(torch.tensor([anchor], device=CUDA), len(prompt), temperature)
+                eager_p.anchor_in.fill_(anchor)  # the eager step over the same bucket
+                eager_p.pos_in.fill_(len(prompt))
+                b = eager_p.step(temperature, engine.extent_for(len(prompt) + 1))
                 assert torch.equal(a[0], b[0])
                 torch.testing.assert_close(a[2], b[2], rtol=0, atol=0)
                 if temperature > 0:
                     torch.testing.assert_close(a[1], b[1], rtol=0, atol=0)
-    assert set(graphed.graphs) == {temperature}
+    assert set(graphed.graphs) == {(temperature, 8), (temperature, 16)}
 
 
 @pytest.mark.parametrize("arch", ["dspark", "dflash", "eagle3"])
@@ -103,7 +107,8 @@ def test_graphed_decoding_equals_eager_decoding(arch, mode):
         assert {key[1] for key in graphed.fused.graphs} == {256, 512}
         assert {key[2] for key in graphed.fused.graphs} == {0.0, 1.0}
     else:
-        assert graphed.fused is None and set(graphed.graphed_proposal.graphs) == {0.0, 1.0}
+        assert graphed.fused is None
+        assert {t for t, _ in graphed.graphed_proposal.graphs} == {0.0, 1.0}
 
 
 @pytest.mark.parametrize("arch", ["dspark", "eagle3", None])
@@ -189,4 +194,5 @@ def test_compiled_decoding_equals_graphed_decoding(arch, mode):
     if mode == 0:
         assert set(compiled.fused.graphs) == {(5, 256, 0.0), (5, 256, 1.0)}
     else:
-        assert compiled.fused is None and set(compiled.graphed_proposal.graphs) == {0.0, 1.0}
+        assert compiled.fused is None
+        assert set(compiled.graphed_proposal.graphs) == {(0.0, 256), (1.0, 256)}

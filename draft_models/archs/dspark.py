@@ -108,12 +108,13 @@ class DSparkProposer:
     [gamma] float64); `confidence_logits` holds the raw logits of the last proposal, or None.
 
     Static state (`static_state = True`): the context keys/values live in buffers of `capacity`
-    positions written in place, attended to in full (a key at or past the anchor's position is
-    invisible by the attention rule), the proposal reads its inputs from `anchor_in` / `pos_in`,
-    and sampling draws counter noise of (the request's seed, a draw counter on the device) rather
-    than a torch.Generator's stream; so `step(temperature)` has fixed shapes and addresses, and
-    the decoder can capture it in a CUDA graph once per temperature and replay it for every block
-    of every request (`reset(seed)` between requests). A static-state proposer's `commit_rows`
+    positions written in place, attended to in full or up to a given `extent` (a key at or past
+    the anchor's position is invisible by the attention rule), the proposal reads its inputs
+    from `anchor_in` / `pos_in`, and sampling draws counter noise of (the request's seed, a draw
+    counter on the device) rather than a torch.Generator's stream; so `step(temperature,
+    extent)` has fixed shapes and addresses, and the decoder can capture it in a CUDA graph once
+    per (temperature, extent) and replay it for every block of every request (`reset(seed)`
+    between requests). A static-state proposer's `commit_rows`
     also takes `start` as a device tensor [R] and a whole verify block of which only positions up
     to `start + last` (a device tensor [R]) are kept: the decoder's fused step commits that way
     without reading the acceptance count, and `step_state()` lists what a step changes besides
@@ -191,6 +192,20 @@ class DSparkProposer:
         and restores it around its warm-up runs)."""
         return [self.draws]
 
+    def _context(self, extent: int | None):
+        """Every layer's context keys/values and their index, cut to each row's first `extent`
+        positions: the keys an anchor below `extent` may see are all there (only positions
+        before it are visible). A view for one row; R rows are copied into one run each."""
+        if extent is None or extent >= self.capacity:
+            return self.ctx_kv, self.ctx_index
+        r, c = self.rows, self.capacity
+
+        def cut(t: torch.Tensor) -> torch.Tensor:
+            return t.view(r, c, *t.shape[1:])[:, :extent].flatten(0, 1)
+
+        kv = [(cut(k), cut(v)) for k, v in self.ctx_kv]
+        return kv, TokenIndex(*(cut(f) for f in self.ctx_index.fields()))
+
     def propose(self, anchor: torch.Tensor, pos: int, temperature: float, generator=None):
         """`generator` is unused: draws are counter noise (see the class docstring)."""
         self.anchor_in.copy_(anchor)
@@ -199,15 +214,18 @@ class DSparkProposer:
         self.confidence_logits = conf
         return tokens, dists, survival
 
-    def step(self, temperature: float):
+    def step(self, temperature: float, extent: int | None = None):
         """(tokens, proposal distributions or None, survival, confidence logits or None) from
         anchor_in / pos_in: fixed shapes, no host read, nothing written but the draw counter
         (what the decoder captures in a graph). One row of `step_rows`."""
-        return tuple(None if t is None else t[0] for t in self.step_rows(temperature))
+        return tuple(None if t is None else t[0] for t in self.step_rows(temperature, extent))
 
-    def step_rows(self, temperature: float):
+    def step_rows(self, temperature: float, extent: int | None = None):
         """`step` of every row: tokens [R, gamma], distributions [R, gamma, V] or None, survival
-        [R, gamma], confidence logits [R, gamma] or None."""
+        [R, gamma], confidence logits [R, gamma] or None. `extent`: attend over context
+        positions below it only (every row's anchor position must be below it; default the
+        whole buffer). The decoders pass the target's cache-length bucket, so the draft's
+        attention, like the target's, costs what the context needs rather than `capacity`."""
         d, cfg, r = self.draft, self.draft.cfg, self.rows
         anchor = self.anchor_in
         ids = torch.cat(
@@ -215,8 +233,9 @@ class DSparkProposer:
         )
         row, slot = self.block_row, self.block_slot
         block = TokenIndex(seq=row, pos=self.pos_in[row] + slot, block=row, slot=slot)
+        ctx_kv, ctx_index = self._context(extent)
         # one block per row: a dense mask per row, no per-sequence split and no host read
-        hidden = d.backbone(ids, block, self.ctx_kv, self.ctx_index, backend="dense", rows=r)
+        hidden = d.backbone(ids, block, ctx_kv, ctx_index, backend="dense", rows=r)
         if not cfg.samples_from_anchor:
             hidden = hidden[:, 1:]
         head = d.sequential_head

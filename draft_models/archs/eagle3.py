@@ -188,25 +188,32 @@ class Eagle3Proposer:
         tokens, dists, survival, _ = self.step(temperature)
         return tokens, dists, survival
 
-    def step(self, temperature: float):
+    def step(self, temperature: float, extent: int | None = None):
         """(tokens, proposal distributions or None, survival, None) from anchor_in / pos_in:
         fixed shapes, no host read; writes only chain keys past the committed positions and the
         draw counter (what the decoder captures in a graph). One row of `step_rows`."""
-        return tuple(None if t is None else t[0] for t in self.step_rows(temperature))
+        return tuple(None if t is None else t[0] for t in self.step_rows(temperature, extent))
 
-    def step_rows(self, temperature: float):
+    def step_rows(self, temperature: float, extent: int | None = None):
         """`step` of every row: tokens [R, gamma], distributions [R, gamma, V] or None,
-        survival [R, gamma], None."""
+        survival [R, gamma], None. `extent`: as DSparkProposer's (context positions below it;
+        the chain's own gamma keys after them are kept too)."""
         d, pos, r, row = self.draft, self.pos_in, self.rows, self.row
-        rel = self.index[None] - pos[:, None]  # >= 0: this block's chain slots; < 0: context
+        n = self.size if extent is None else min(extent + self.gamma, self.size)
+        index = self.index[:n]
+        rel = index[None] - pos[:, None]  # >= 0: this block's chain slots; < 0: context
         chain = rel >= 0
-        rows = row[:, None].expand(r, self.size)
+        rows = row[:, None].expand(r, n)
         k_index = TokenIndex(
             seq=rows.flatten(),
-            pos=self.index.repeat(r),
+            pos=index.repeat(r),
             block=torch.where(chain, rows, -1).flatten(),
             slot=torch.where(chain, rel, -1).flatten(),
         )
+
+        def cut(t: torch.Tensor) -> torch.Tensor:  # each row's first n keys (a view for one row)
+            return t if n == self.size else t.view(r, self.size, *t.shape[1:])[:, :n].flatten(0, 1)
+
         feature, token = self.last_feature, self.anchor_in
         tokens, dists = [], []
         for k in range(self.gamma):
@@ -217,7 +224,7 @@ class Eagle3Proposer:
             self.keys.index_copy_(0, flat, key)
             self.values.index_copy_(0, flat, value)
             feature = d.attend(
-                x, feature, q_index, self.keys, self.values, k_index, "dense", rows=r
+                x, feature, q_index, cut(self.keys), cut(self.values), k_index, "dense", rows=r
             )
             logits = d.target_head.logits(d.norm(feature)).float()
             picked, probs = pick_counted(logits, temperature, self.seed_in, self.draws)
