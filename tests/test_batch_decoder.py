@@ -107,7 +107,8 @@ def test_rows_attention_equals_the_flat_dense_rule():
 @pytest.mark.parametrize("rows", [1, 2])
 def test_a_proposal_over_a_context_bucket_equals_one_over_the_whole_buffer(arch, rows):
     """`step_rows(t, extent)` (what the decoders run: the target's cache-length bucket) proposes
-    what the whole buffer does, for an extent just past the largest anchor, greedy and T=1."""
+    what the whole buffer does, for an extent just past the largest anchor, greedy and T=1; an
+    extent that cuts off visible keys proposes otherwise (the cut is real)."""
     from serving.decoder import make_proposer
 
     target = tiny_target()
@@ -121,19 +122,23 @@ def test_a_proposal_over_a_context_bucket_equals_one_over_the_whole_buffer(arch,
         for prompt in prompts:
             engine.begin(64)
             feats.append(engine.forward(torch.tensor(prompt), 0)[1])
+        p.reset(torch.arange(rows) + 3)  # before the commit: EAGLE-3's reset clears its feature
         p.commit_rows(torch.stack(feats), torch.tensor(prompts), 0)
-        pos = torch.tensor([10, 7][:rows])
+        p.anchor_in.copy_(torch.tensor([11, 40][:rows]))
+        p.pos_in.copy_(torch.tensor([10, 7][:rows]))
+
+        def propose(temperature, extent):
+            p.draws.zero_()  # the same noise for every run
+            return p.step_rows(temperature, extent)
+
         for temperature in (0.0, 1.0):
-            out = []
-            for extent in (11, None):
-                p.reset(torch.arange(rows) + 3)
-                p.anchor_in.copy_(torch.tensor([11, 40][:rows]))
-                p.pos_in.copy_(pos)
-                out.append(p.step_rows(temperature, extent))
-            (tok_a, dist_a, surv_a, conf_a), (tok_b, dist_b, surv_b, conf_b) = out
+            tok_a, dist_a, surv_a, conf_a = propose(temperature, 11)
+            tok_b, dist_b, surv_b, conf_b = propose(temperature, None)
             assert torch.equal(tok_a, tok_b)
             torch.testing.assert_close(surv_a, surv_b)
             if temperature > 0:
                 torch.testing.assert_close(dist_a, dist_b)
             if conf_a is not None:
                 torch.testing.assert_close(conf_a, conf_b)
+        cut = propose(1.0, 6)[1]  # row 0 sees positions 0..9, row 1 0..6: both lose keys
+        assert not torch.allclose(cut[0], dist_b[0]) and not torch.allclose(cut[-1], dist_b[-1])

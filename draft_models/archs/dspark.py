@@ -223,9 +223,10 @@ class DSparkProposer:
     def step_rows(self, temperature: float, extent: int | None = None):
         """`step` of every row: tokens [R, gamma], distributions [R, gamma, V] or None, survival
         [R, gamma], confidence logits [R, gamma] or None. `extent`: attend over context
-        positions below it only (every row's anchor position must be below it; default the
-        whole buffer). The decoders pass the target's cache-length bucket, so the draft's
-        attention, like the target's, costs what the context needs rather than `capacity`."""
+        positions below it only (the anchor of every row still decoding must be below it; a
+        finished row's output is not read; default the whole buffer). The decoders pass the
+        target's cache-length bucket, so the draft's attention, like the target's, costs what
+        the context needs rather than `capacity`."""
         d, cfg, r = self.draft, self.draft.cfg, self.rows
         anchor = self.anchor_in
         ids = torch.cat(

@@ -102,12 +102,13 @@ class Eagle3Proposer:
 
     Static state, as DSparkProposer's (same contract): keys and values live in buffers of
     `capacity + gamma` positions; chain step k writes its key at position pos + k in place and
-    attends over the whole buffer under the chain rule, so entries past the query's slot (stale
-    chain keys, an earlier request's keys) are invisible, and a later commit overwrites the chain
-    keys of the positions it keeps. Sampling draws counter noise as DSparkProposer's does, and
-    `rows=R` holds R requests at once as DSparkProposer's rows do.
-    `step(temperature)` therefore has fixed shapes and addresses: the decoder captures it in a
-    CUDA graph per temperature and replays it for every block of every request."""
+    attends over the buffer (or its first `extent + gamma` positions) under the chain rule, so
+    entries past the query's slot (stale chain keys, an earlier request's keys) are invisible,
+    and a later commit overwrites the chain keys of the positions it keeps. Sampling draws
+    counter noise as DSparkProposer's does, and `rows=R` holds R requests at once as
+    DSparkProposer's rows do. `step(temperature, extent)` therefore has fixed shapes and
+    addresses: the decoder captures it in a CUDA graph per (temperature, extent) and replays it
+    for every block of every request."""
 
     static_state = True
 
