@@ -201,6 +201,7 @@ def main(argv=None) -> int:
     fitted = {k: getattr(result, k) for k in ("ece_before", "ece_after", "auc_before", "auc_after")}
     fitted["num_samples"] = result.num_samples
     report = {
+        "command": cli.command_line(ap, argv),
         "prompts": args.prompts,
         "temperatures": result.temperatures,
         "notes": result.notes,

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import argparse
 import math
+import shlex
+import sys
 
 
 class _HelpWithDefaults(argparse.ArgumentDefaultsHelpFormatter):
@@ -27,6 +29,12 @@ def parser(module: str, description: str) -> argparse.ArgumentParser:
         description=description,
         formatter_class=_HelpWithDefaults,
     )
+
+
+def command_line(ap: argparse.ArgumentParser, argv: list[str] | None) -> str:
+    """The command that ran (`python -m serving.X` and its flags, shell-quoted), for a report:
+    its figures can then be reproduced from the report alone."""
+    return f"{ap.prog} {shlex.join(sys.argv[1:] if argv is None else argv)}".rstrip()
 
 
 def int_at_least(low: int, high: int | None = None):

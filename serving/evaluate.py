@@ -475,12 +475,13 @@ def build_parser():
 def main(argv=None) -> int:
     ap = build_parser()
     args = ap.parse_args(argv)
+    command = cli.command_line(ap, argv)
     benches = [b for b in args.bench.split(",") if b]
     reports: dict[str, dict] = {}
 
     def write(bench: str, rep: dict) -> None:
         """Each benchmark's report as soon as it is complete (a later failure loses none)."""
-        rep = {"bench": bench, "checkpoint": str(ckpt), **rep}
+        rep = {"bench": bench, "checkpoint": str(ckpt), "command": command, **rep}
         out.mkdir(parents=True, exist_ok=True)
         (out / f"{bench}.json").write_text(json.dumps(rep, indent=1))
         print(json.dumps(rep), flush=True)

@@ -57,6 +57,10 @@ def test_evaluate_writes_the_report_and_plot(dspark_ckpt, tmp_path, capsys):
     assert [r["bench"] for r in printed] == ["gsm8k", "humaneval"]
     report = json.loads((tmp_path / "gsm8k.json").read_text())
     assert report == printed[0]
+    assert report["command"] == (  # what reproduces it
+        f"python -m serving.evaluate --checkpoint {dspark_ckpt} --bench gsm8k,humaneval --limit 1 "
+        f"--max-new-tokens 12 --scheduler threshold --threshold 0.05 --out {tmp_path}"
+    )
     assert report["identical_to_target_only"] == "1/1"  # greedy: lossless
     assert len(report["acceptance_by_position"]) == 4 and report["tau"] >= 1.0
     spec = report["speculative"]
@@ -122,6 +126,7 @@ def test_calibrate_measures_on_prompts_it_did_not_fit(dspark_ckpt, tmp_path, cap
     text = capsys.readouterr().out
     assert "3 prompts: fitted on 2, tested on 1" in text and "test split (1 prompts" in text
     rep = json.loads(report.read_text())  # strict JSON: an undefined AUC is null, not NaN
+    assert rep["command"].startswith("python -m serving.calibrate --checkpoint ")
     assert rep["fit"]["prompts"] == 2 and rep["test"]["prompts"] == 1
     assert rep["temperatures"] == json.loads(out.read_text())["temperatures"]
     # the test split's figures are those of its own blocks, not the fit's
