@@ -2,7 +2,7 @@
 CUDA graph replayed back to back, and the kernels inside that graph; speculative and target-only.
 
     python scripts/profile_decode.py --checkpoint CKPT [--target DIR] --out profile.json \
-        [--prompts 10] [--tokens 128] [--replays 200] [--compile]
+        [--prompts 10] [--tokens 128] [--replays 200] [--compile [--skip-parts]]
 
 On the static runtime (bf16 on a GPU), fixed schedule, one verify width (gamma + 1: one graph
 per cache-length bucket), GSM8K prompts; per decoder (`spec`, `base` = target-only):
@@ -16,7 +16,9 @@ per cache-length bucket), GSM8K prompts; per decoder (`spec`, `base` = target-on
   durations, and the 15 largest by time (name, count, ms). `gaps_ms` = replay_ms - kernel sum:
   the time the device spends between the kernels of the graph;
 - `proposal_ms` (the proposal's own graph) and `verify_ms` (the target's verify graph at width 1
-  and gamma + 1, over a context of the longest prompt plus half the tokens).
+  and gamma + 1, over a context of the longest prompt plus half the tokens); `--skip-parts`
+  leaves them out (with `--compile` each compiles again: pass 11's compiled profile ran past
+  330 s with them).
 On CPU (no graphs) the same code runs eagerly: a smoke run, not a measurement.
 """
 
@@ -92,6 +94,7 @@ def main() -> int:
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--replays", type=int, default=200)
     ap.add_argument("--compile", action="store_true", help="the decoders' compile")
+    ap.add_argument("--skip-parts", action="store_true", help="leave out proposal_ms and verify_ms")
     args = ap.parse_args()
     ckpt = checkpoint.resolve(args.checkpoint)
     gamma = checkpoint.read_draft(ckpt).cfg.block_size
@@ -131,13 +134,14 @@ def main() -> int:
             part["kernels"] = kernel_table(replay, device)
             part["gaps_ms"] = part["replay_ms"] - part["kernels"]["sum_ms"]
         report[name] = part
-    context = max(len(p) for p in prompts) + args.tokens // 2
-    vocab = spec.target.config.vocab_size
-    report["proposal_ms"] = 1000 * spec.draft_step_seconds(prompts[0], 30)
-    report["verify_ms"] = {
-        str(w): step_ms(dec.engine, w, context, vocab, 30, device)
-        for w, dec in ((1, base), (gamma + 1, spec))
-    }
+    if not args.skip_parts:
+        context = max(len(p) for p in prompts) + args.tokens // 2
+        vocab = spec.target.config.vocab_size
+        report["proposal_ms"] = 1000 * spec.draft_step_seconds(prompts[0], 30)
+        report["verify_ms"] = {
+            str(w): step_ms(dec.engine, w, context, vocab, 30, device)
+            for w, dec in ((1, base), (gamma + 1, spec))
+        }
     spec_r, base_r = report["spec"], report["base"]
     report["speedup"] = spec_r["tau"] * base_r["step_ms"] / spec_r["step_ms"]
     write_report(args.out, report)
