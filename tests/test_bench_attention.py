@@ -1,0 +1,31 @@
+"""scripts/bench_attention.py on CPU: every variant it times computes the runtime's masked GQA
+attention (a variant that computed something else would make its timing meaningless)."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_every_timed_attention_variant_equals_the_reference(tmp_path):
+    out = tmp_path / "attention.json"
+    args = ["--out", str(out), "--extents", "32,64", "--widths", "1,5", "--layers", "2"]
+    args += ["--heads", "6", "--kv-heads", "2", "--head-dim", "16"]
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "bench_attention.py"), *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = json.loads(out.read_text())["rows"]
+    timed = [r for r in rows if "error" not in r]
+    # on CPU SDPA has only its math kernel: the forced fused backends refuse, and say so
+    assert {r["variant"] for r in rows if "error" in r} == {"sdpa_cudnn", "sdpa_efficient"}
+    assert {r["variant"] for r in timed} == {"sdpa", "sdpa_math", "sdpa_bias", "folded"}
+    assert len(timed) == 4 * 4  # every variant at every (extent, width)
+    for r in timed:
+        assert r["max_abs_err"] < 1e-5, r
+        assert r["us_per_call"] > 0
