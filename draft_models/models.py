@@ -98,6 +98,15 @@ def build_draft(cfg: DraftConfig, target: TargetSpec, target_head: FrozenTargetH
     return get_arch(resolved.arch).model(resolved, target_head)
 
 
+def row_prefix(t: torch.Tensor, rows: int, size: int, n: int) -> torch.Tensor:
+    """The first `n` positions of each row of a static-state proposer's row-major buffer
+    t [rows * size, ...] (what a proposal over a context bucket attends to): the buffer itself
+    when n covers it, a view for one row, a copy into one run per row otherwise."""
+    if n >= size:
+        return t
+    return t.view(rows, size, *t.shape[1:])[:, :n].flatten(0, 1)
+
+
 def commit_positions(
     start: int | torch.Tensor, n: int, capacity: int, device: torch.device
 ) -> torch.Tensor:

@@ -21,8 +21,7 @@ bucket on a GPU). A step runs one of two ways:
 - split (any engine, any proposer, confidence schedules over several widths): proposal, verify,
   acceptance and commit one after another; beside a graphed target a static-state proposer's
   proposal replays its own graph per temperature and bucket (GraphedProposal), and a confidence
-  schedule
-  reads the scheduled length once to pick the verify width (a graph has one shape).
+  schedule reads the scheduled length once to pick the verify width (a graph has one shape).
 With a graphed target the static-state proposer (and its fused step) is kept across requests.
 Step shape: the draft always proposes gamma tokens; the verify input is padded to one of
 `verify_widths` (padding = the remaining draft tokens, masked out of acceptance and forgotten).

@@ -13,7 +13,7 @@ from ..config import DraftConfig, TargetSpec
 from ..heads import SEQUENTIAL_HEAD_CLASSES, ConfidenceHead, FrozenTargetHead
 from ..layers import InjectedDecoderLayer
 from ..losses import draft_loss
-from ..models import DraftModel, DraftOutput, commit_positions, init_weights
+from ..models import DraftModel, DraftOutput, commit_positions, init_weights, row_prefix
 from ..packed_attention import AttentionPlan, TokenIndex
 from ..packing import PackedBatch
 from ..registry import DraftArch, register_arch
@@ -194,14 +194,12 @@ class DSparkProposer:
 
     def _context(self, extent: int | None):
         """Every layer's context keys/values and their index, cut to each row's first `extent`
-        positions: the keys an anchor below `extent` may see are all there (only positions
-        before it are visible). A view for one row; R rows are copied into one run each."""
-        if extent is None or extent >= self.capacity:
-            return self.ctx_kv, self.ctx_index
-        r, c = self.rows, self.capacity
+        positions (default all): the keys an anchor below `extent` may see are all there (only
+        positions before it are visible)."""
+        n = self.capacity if extent is None else extent
 
         def cut(t: torch.Tensor) -> torch.Tensor:
-            return t.view(r, c, *t.shape[1:])[:, :extent].flatten(0, 1)
+            return row_prefix(t, self.rows, self.capacity, n)
 
         kv = [(cut(k), cut(v)) for k, v in self.ctx_kv]
         return kv, TokenIndex(*(cut(f) for f in self.ctx_index.fields()))

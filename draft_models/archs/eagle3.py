@@ -11,7 +11,7 @@ from ..config import DraftConfig, bad_value
 from ..heads import FrozenTargetHead
 from ..layers import MLP, Qwen3Attention
 from ..losses import draft_loss
-from ..models import DraftModel, DraftOutput, commit_positions, init_weights
+from ..models import DraftModel, DraftOutput, commit_positions, init_weights, row_prefix
 from ..packed_attention import AttentionPlan, TokenIndex
 from ..packing import PackedBatch
 from ..registry import DraftArch, register_arch
@@ -211,10 +211,6 @@ class Eagle3Proposer:
             block=torch.where(chain, rows, -1).flatten(),
             slot=torch.where(chain, rel, -1).flatten(),
         )
-
-        def cut(t: torch.Tensor) -> torch.Tensor:  # each row's first n keys (a view for one row)
-            return t if n == self.size else t.view(r, self.size, *t.shape[1:])[:, :n].flatten(0, 1)
-
         feature, token = self.last_feature, self.anchor_in
         tokens, dists = [], []
         for k in range(self.gamma):
@@ -225,7 +221,14 @@ class Eagle3Proposer:
             self.keys.index_copy_(0, flat, key)
             self.values.index_copy_(0, flat, value)
             feature = d.attend(
-                x, feature, q_index, cut(self.keys), cut(self.values), k_index, "dense", rows=r
+                x,
+                feature,
+                q_index,
+                row_prefix(self.keys, r, self.size, n),
+                row_prefix(self.values, r, self.size, n),
+                k_index,
+                "dense",
+                rows=r,
             )
             logits = d.target_head.logits(d.norm(feature)).float()
             picked, probs = pick_counted(logits, temperature, self.seed_in, self.draws)
