@@ -159,6 +159,19 @@ def sglang_site() -> Path:
     return dest
 
 
+def run_script(name: str, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    """scripts/<name> run as a user runs it (its own process, this Python), output captured;
+    fails the test with the end of its stderr when it exits non-zero."""
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / name), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
+
 def run_sglang(site: Path, command: str, *args, timeout: int = 300) -> subprocess.CompletedProcess:
     """tests/_sglang_cpu.py COMMAND ARGS with `site` (and this checkout) on the path."""
     env = {

@@ -2,24 +2,15 @@
 attention (a variant that computed something else would make its timing meaningless)."""
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import run_script
 
 
 def test_every_timed_attention_variant_equals_the_reference(tmp_path):
     out = tmp_path / "attention.json"
     args = ["--out", str(out), "--extents", "32,64", "--widths", "1,5", "--layers", "2"]
     args += ["--heads", "6", "--kv-heads", "2", "--head-dim", "16"]
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "bench_attention.py"), *args],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_script("bench_attention.py", *args)
     rows = json.loads(out.read_text())["rows"]
     timed = [r for r in rows if "error" not in r]
     # on CPU SDPA has only its math kernel: the forced fused backends refuse, and say so

@@ -4,24 +4,15 @@ the samples into windows of `backend.window` and a window of 0 stopped it at onc
 H200)."""
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import run_script
 
 
 def test_the_static_backend_regenerates_every_sample_in_one_stream(tmp_path):
     out = tmp_path / "regen.json"
     args = ["--out", str(out), "--backends", "static", "--samples", "3", "--slots", "2"]
     args += ["--max-new-tokens", "4", "--max-length", "256", "--sharegpt", "0", "--device", "cpu"]
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "bench_regen.py"), *args],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_script("bench_regen.py", *args)
     (row,) = json.loads(out.read_text())["rows"]
     assert row["backend"] == "static" and row["window"] == 3  # one stream over the 3 samples
     assert 3 <= row["new_tokens"] <= 12  # up to 4 new tokens each
