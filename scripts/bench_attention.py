@@ -20,6 +20,7 @@ On CPU it runs (two replays, no compiled variants) to check the script, not to m
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 import torch
@@ -131,6 +132,7 @@ def main() -> None:
         {
             "device": torch.cuda.get_device_name() if on_gpu else "cpu (not a measurement)",
             "torch": torch.__version__,
+            "command": " ".join(sys.argv),
             "shape": {"heads": hq, "kv_heads": hk, "head_dim": d, "dtype": str(dtype)},
             "layers_per_graph": args.layers,
             "replays": replays,

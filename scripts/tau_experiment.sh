@@ -293,7 +293,11 @@ wait)
     [ $SECONDS -ge $end ] && { echo "still running: $alive"; exit 0; }
     sleep 30
   done
-  for f in "$W/$group"/*.log; do echo "== $f"; tail -n 4 "$f" | cut -c1-400; done
+  for f in "$W/$group"/*.log; do
+    [ -f "$f" ] || continue  # none: e.g. regen kept a file brought by data-in
+    echo "== $f"
+    tail -n 4 "$f" | cut -c1-400
+  done
   ;;
 eval)
   mkdir -p "$W/eval"

@@ -51,8 +51,15 @@ def _median(xs):
 
 
 def assemble(
-    results: Path, budget: int, micro: int, commands: list[str], notes: list[str] = ()
+    results: Path,
+    budget: int,
+    micro: int,
+    commands: list[str],
+    notes: list[str] = (),
+    samples_before: int = 0,
 ) -> dict:
+    """`samples_before`: training samples the drafts had seen before these runs (runs started
+    with train.init_from): the budget curve counts them, since a step counts from 0 again."""
     table: dict = {}
     acceptance: dict = {}
     for d in DRAFTS:
@@ -76,7 +83,13 @@ def assemble(
     for p in sorted(results.glob("eval/curve-step-*/gsm8k.json")):
         step = int(re.fullmatch(r"curve-step-(\d+)", p.parent.name).group(1))
         rep = _load(p)
-        curve.append({"step": step, "samples": step * micro, "tau_gsm8k_greedy": _r(rep["tau"])})
+        curve.append(
+            {
+                "step": step,
+                "samples": samples_before + step * micro,
+                "tau_gsm8k_greedy": _r(rep["tau"]),
+            }
+        )
         item_sets.append({i for i, _, _ in rep.get("per_item", [])})
     # the items every curve point was evaluated on (none known if a report lacks per_item)
     curve_items = set.intersection(*item_sets) if item_sets and all(item_sets) else None
@@ -94,7 +107,7 @@ def assemble(
             curve.append(
                 {
                     "step": budget // micro,
-                    "samples": budget,
+                    "samples": samples_before + budget,
                     "tau_gsm8k_greedy": _r(sum(e for e, _ in parts) / sum(n for _, n in parts)),
                     "from": "eval/dspark-t0, the curve's items",
                 }
@@ -112,6 +125,7 @@ def assemble(
             "mean_verify_width": _r(rep["mean_verify_width"]),
             "identical_to_target_only": rep.get("identical_to_target_only"),
             "items": rep["items"],
+            "command": rep.get("command"),  # reports since pass 12 record theirs
         }
     losses = {}
     for d in DRAFTS:
@@ -147,6 +161,7 @@ def assemble(
     out = {
         **table,
         "budget_samples": budget,
+        "samples_before": samples_before,
         "commands": commands,
         "notes": list(notes),
         "acceptance_by_position": acceptance,
@@ -221,10 +236,20 @@ def main(argv=None) -> None:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--budget", type=int, required=True, help="training samples per draft")
     ap.add_argument("--micro", type=int, default=16, help="samples per step")
+    ap.add_argument(
+        "--samples-before",
+        type=int,
+        default=0,
+        help="samples the drafts had seen before these runs (train.init_from); the curve adds them",
+    )
     ap.add_argument("--command", action="append", default=[], help="a command that ran (repeat)")
     ap.add_argument("--note", action="append", default=[], help="a caveat to keep (repeat)")
     args = ap.parse_args(argv)
-    out = assemble(args.results, args.budget, args.micro, args.command, args.note)
+    if args.samples_before < 0:
+        ap.error(f"--samples-before {args.samples_before}: a count of samples, 0 or more")
+    out = assemble(
+        args.results, args.budget, args.micro, args.command, args.note, args.samples_before
+    )
     args.out.write_text(json.dumps(out, indent=1) + "\n")
     print(json.dumps({d: out[d] for d in DRAFTS} | {"goals": out["goals"]}, indent=1))
 

@@ -11,7 +11,9 @@ def test_every_timed_attention_variant_equals_the_reference(tmp_path):
     args = ["--out", str(out), "--extents", "32,64", "--widths", "1,5", "--layers", "2"]
     args += ["--heads", "6", "--kv-heads", "2", "--head-dim", "16"]
     run_script("bench_attention.py", *args)
-    rows = json.loads(out.read_text())["rows"]
+    report = json.loads(out.read_text())
+    assert report["command"].endswith("bench_attention.py " + " ".join(args))
+    rows = report["rows"]
     timed = [r for r in rows if "error" not in r]
     # on CPU SDPA has only its math kernel: the forced fused backends refuse, and say so
     assert {r["variant"] for r in rows if "error" in r} == {"sdpa_cudnn", "sdpa_efficient"}

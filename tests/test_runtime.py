@@ -202,3 +202,31 @@ def test_regeneration_reads_its_requests_lazily_with_the_same_schedule():
     for i, d in enumerate(expected):
         assert torch.equal(got[i].ids, d.ids)
         torch.testing.assert_close(got[i].aux, d.aux, rtol=0, atol=0)
+
+
+def test_a_compiled_step_writes_the_cache_in_place():
+    """Under torch.compile the cache writes stay in place: outputs and caches equal the eager
+    step's, and the generated code allocates no buffer of a layer's cache shape. A write into a
+    view of one stacked [layers, ...] cache had been turned into a copy of each layer's cache
+    and a rewrite of the whole cache on every step (docs/ablations/tau_h200.md, pass 13)."""
+    from torch._inductor.utils import run_and_get_code
+
+    model = tiny(num_hidden_layers=2).float()
+    eager = StaticLlama(model, max_rows=2, max_len=48, capture_ids=[1])
+    compiled = StaticLlama(model, max_rows=2, max_len=48, capture_ids=[1])
+    step = torch.compile(compiled, fullgraph=True, dynamic=False)
+    g = torch.Generator().manual_seed(4)
+    for t in range(2):  # the second step reads what the first wrote
+        ids = torch.randint(0, 100, (2, 3), generator=g)
+        pos = torch.arange(3)[None].repeat(2, 1) + 3 * t
+        want = eager(ids, pos, 0, extent=16)
+        got, code = run_and_get_code(step, ids, pos, 0, extent=16)
+        for x, y in zip(want, got, strict=True):
+            torch.testing.assert_close(y, x, atol=1e-5, rtol=1e-5)
+    for k, v in ((eager.k_cache, compiled.k_cache), (eager.v_cache, compiled.v_cache)):
+        for a, b in zip(k, v, strict=True):
+            assert a.abs().sum() > 0
+            torch.testing.assert_close(b, a, atol=1e-5, rtol=1e-5)
+    cache_shape = str(tuple(compiled.k_cache[0].shape))  # (2, kv heads, 48, head dim)
+    made = [x for c in code for x in c.splitlines() if "empty_strided" in x and cache_shape in x]
+    assert code and not made, made

@@ -103,6 +103,8 @@ def test_regenerated_data_travel_in_parts_and_regen_keeps_a_file_brought_in(tmp_
     assert again.returncode == 1 and "exists; not overwritten" in again.stdout
     kept = script("regen", w=b, SAMPLES="4000")  # 4,064 with the held-out prompts
     assert kept.returncode == 0 and "kept:" in kept.stdout
+    waited = script("wait", "regen", "5", w=b, SAMPLES="4000")  # nothing ran: no logs to show
+    assert waited.returncode == 0 and "5000 samples in regen.jsonl" in waited.stdout
     short = script("regen", w=b, SAMPLES="6000", REGEN_SAMPLES="5000")
     assert short.returncode == 0 and "regen.jsonl has 5000, ids up to 4999" in short.stdout
     assert not (b / "calls").exists()  # nothing regenerated

@@ -34,6 +34,7 @@ def test_table_keeps_the_issue_shape_and_computes_the_goals(tmp_path):
     speed = {"tau": 2.0, "speedup": 1.25, "mean_verify_width": 8.0, "items": 5}
     speed |= {"speculative": {"tokens_per_s": 500.0, "step_ms": 4.0}}
     speed |= {"target_only": {"tokens_per_s": 400.0}, "identical_to_target_only": "5/5"}
+    speed |= {"command": "python -m serving.evaluate --x"}
     write(tmp_path / "speed" / "dspark-fixed" / "gsm8k.json", speed)
     write(tmp_path / "checksums.txt", "ab12  runs/dspark/draft/model.safetensors\n")
 
@@ -46,6 +47,7 @@ def test_table_keeps_the_issue_shape_and_computes_the_goals(tmp_path):
     assert [c["samples"] for c in out["budget_curve_dspark"]] == [160, 4000]
     assert out["acceptance_by_position"]["dflash"]["mtbench"]["greedy"] == [0.5, None]
     assert out["speed_gsm8k"]["dspark-fixed"]["speedup"] == 1.25
+    assert out["speed_gsm8k"]["dspark-fixed"]["command"] == "python -m serving.evaluate --x"
     assert out["training"]["dspark"]["evals"] == [{"step": 2, "loss": 1.25, "sim_tau": 1.5}]
     assert out["training"]["dspark"]["first_loss"] == 3.0
     assert out["sha256"] == {"runs/dspark/draft/model.safetensors": "ab12"}
@@ -153,3 +155,18 @@ def test_the_curve_ends_with_the_final_draft_on_the_curve_s_own_items(tmp_path):
     # curve reports without per-item parts: no final point (items unknown), nothing invented
     write(tmp_path / "eval" / "curve-step-00000100" / "gsm8k.json", {"tau": 1.5})
     assert len(assemble(tmp_path, 3200, 16, [])["budget_curve_dspark"]) == 1
+
+
+def test_a_run_started_from_earlier_weights_counts_their_samples_on_the_curve(tmp_path):
+    """train.init_from: the run's steps count from 0, its draft had seen `samples_before`."""
+    final = {"tau": 3.0, "acceptance_by_position": [], "turns": 2}
+    final["per_item"] = [[0, 10, 5], [1, 30, 10]]
+    write(tmp_path / "eval" / "dspark-t0" / "gsm8k.json", final)
+    write(
+        tmp_path / "eval" / "curve-step-00000100" / "gsm8k.json",
+        {"tau": 1.5, "per_item": [[0, 3, 2], [1, 3, 2]]},
+    )
+    out = assemble(tmp_path, 3200, 16, [], samples_before=60000)
+    assert out["samples_before"] == 60000 and out["budget_samples"] == 3200
+    assert [c["samples"] for c in out["budget_curve_dspark"]] == [61600, 63200]
+    assert [c["step"] for c in out["budget_curve_dspark"]] == [100, 200]

@@ -100,13 +100,13 @@ class StaticLlama(nn.Module):
                 }
             )
         dtype, device = self.embed.dtype, self.embed.device
-        shape = (self.num_layers, max_rows, self.kv_heads, max_len, self.head_dim)
-        self.register_buffer(
-            "k_cache", torch.zeros(shape, dtype=dtype, device=device), persistent=False
-        )
-        self.register_buffer(
-            "v_cache", torch.zeros(shape, dtype=dtype, device=device), persistent=False
-        )
+        # one tensor per layer, written in place by index_put_ on the tensor itself: under
+        # torch.compile a write into a view of one stacked [layers, ...] buffer was
+        # functionalized into copies of each layer's cache and a rewrite of the whole buffer
+        # every step (docs/ablations/tau_h200.md, pass 13)
+        shape = (max_rows, self.kv_heads, max_len, self.head_dim)
+        self.k_cache = [torch.zeros(shape, dtype=dtype, device=device) for _ in self.layers]
+        self.v_cache = [torch.zeros(shape, dtype=dtype, device=device) for _ in self.layers]
         self.register_buffer("key_pos", torch.arange(max_len, device=device), persistent=False)
 
     @property
@@ -146,6 +146,8 @@ class StaticLlama(nn.Module):
             ~visible, float("-inf")
         )
         batch = torch.arange(b, device=ids.device)[:, None]
+        # the cache rows written: row0.. (a slice when read), or the scattered `rows`
+        cache_rows = batch + row0 if rows is None else rows[:, None]
         hq, hk, d = self.heads, self.kv_heads, self.head_dim
         for i, p in enumerate(self.layers):
             h = F.rms_norm(x, (x.shape[-1],), p["norm_in"], self.eps)
@@ -155,14 +157,13 @@ class StaticLlama(nn.Module):
             qk, v = qkv.split(((hq + hk) * d, hk * d), dim=-1)
             q, k = _rotate(qk.view(b, w, hq + hk, d), cos, sin).split((hq, hk), dim=2)
             v = v.view(b, w, hk, d)
-            if rows is None:
-                k_cache, v_cache = self.k_cache[i, span], self.v_cache[i, span]  # views
-                k_cache[batch, :, pos] = k  # per-row positions, as device tensors
-                v_cache[batch, :, pos] = v
-            else:  # scattered rows: write in place, attend over gathered copies
-                self.k_cache[i][rows[:, None], :, pos] = k
-                self.v_cache[i][rows[:, None], :, pos] = v
-                k_cache, v_cache = self.k_cache[i][rows], self.v_cache[i][rows]
+            k_all, v_all = self.k_cache[i], self.v_cache[i]
+            k_all[cache_rows, :, pos] = k  # per-row positions, as device tensors
+            v_all[cache_rows, :, pos] = v
+            if rows is None:  # attend over views of the rows
+                k_cache, v_cache = k_all[span], v_all[span]
+            else:  # scattered rows: over gathered copies
+                k_cache, v_cache = k_all[rows], v_all[rows]
             attn = F.scaled_dot_product_attention(
                 q.transpose(1, 2),
                 k_cache[:, :, :extent],
