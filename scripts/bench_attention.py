@@ -28,6 +28,9 @@ import torch.nn.functional as F
 from benchlib import back_to_back_ms, write_report
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout, installed or not
+from serving import cli  # noqa: E402
+
 BACKENDS = {
     "cudnn": SDPBackend.CUDNN_ATTENTION,
     "efficient": SDPBackend.EFFICIENT_ATTENTION,
@@ -89,7 +92,9 @@ def flex_variant(pos: torch.Tensor, w: int, e: int, hq: int, hk: int, device):
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(
+        prog="python scripts/bench_attention.py", description=__doc__.split("\n\n")[0]
+    )
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--extents", default="256,512,1024,2048")
     ap.add_argument("--widths", default="1,8")
@@ -132,7 +137,7 @@ def main() -> None:
         {
             "device": torch.cuda.get_device_name() if on_gpu else "cpu (not a measurement)",
             "torch": torch.__version__,
-            "command": " ".join(sys.argv),
+            "command": cli.command_line(ap, None),
             "shape": {"heads": hq, "kv_heads": hk, "head_dim": d, "dtype": str(dtype)},
             "layers_per_graph": args.layers,
             "replays": replays,

@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import shlex
 import sys
 from pathlib import Path
 
@@ -37,6 +36,7 @@ from draft_models import (  # noqa: E402
     pack_sequences,
 )
 from draft_models.models import DraftOutput  # noqa: E402
+from serving import cli  # noqa: E402
 from splitserve.target.config import resolve_dtype  # noqa: E402
 
 FORMS = ("reference", "torch", "triton")  # autograd; the fused objective with each kernel
@@ -61,7 +61,9 @@ def peak_mib(fn, device) -> float | None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(
+        prog="python scripts/bench_loss.py", description=__doc__.split("\n")[0]
+    )
     ap.add_argument("--out", required=True)
     ap.add_argument("--target-shape", default="smollm2_135m")
     ap.add_argument("--num-layers", type=int, default=3)
@@ -175,7 +177,7 @@ def main() -> None:
         else platform.processor() or "cpu",
         "torch": torch.__version__,
         "dtype": str(dtype),
-        "command": shlex.join(["python", *sys.argv]),
+        "command": cli.command_line(ap, None),
         "target_shape": args.target_shape,
         "vocab": target.vocab_size,
         "draft_parameters": model.trainable_parameter_count(),

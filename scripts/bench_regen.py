@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import shlex
 import sys
 import time
 from pathlib import Path
@@ -32,6 +31,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchlib import copy_bandwidth, sync, weight_bytes  # noqa: E402  (scripts/)
 
+from serving import cli  # noqa: E402
 from splitserve.data import DataConfig, PromptStream, SourceConfig, load_prompts  # noqa: E402
 from splitserve.target.backends import TargetSetup, make_backend  # noqa: E402
 from splitserve.target.config import SamplingSetting, TargetConfig, resolve_dtype  # noqa: E402
@@ -126,9 +126,7 @@ def main(argv=None) -> None:
             torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor()
         ),
         "torch": torch.__version__,
-        "command": shlex.join(
-            ["python", "scripts/bench_regen.py", *(sys.argv[1:] if argv is None else argv)]
-        ),
+        "command": cli.command_line(p, argv),
         "args": vars(args),
         "weight_bytes": weights,
         "copy_bandwidth_GBps": round(bandwidth / 1e9, 1),

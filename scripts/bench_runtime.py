@@ -43,6 +43,7 @@ sys.path.insert(0, str(ROOT))
 from benchlib import copy_bandwidth, sync, timed, weight_bytes  # noqa: E402  (scripts/)
 
 from draft_models import DraftConfig, TargetSpec, build_draft  # noqa: E402
+from serving import cli  # noqa: E402
 from serving.benchmarks import load_bench  # noqa: E402
 from serving.decoder import SpeculativeDecoder  # noqa: E402
 from splitserve.target.chat import prompt_ids  # noqa: E402
@@ -274,7 +275,9 @@ def goals(report: dict, compiled: dict | None = None) -> dict:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(
+        prog="python scripts/bench_runtime.py", description=__doc__.split("\n")[0]
+    )
     ap.add_argument("--out", required=True, type=Path)
     ap.add_argument("--context", type=int, default=512)
     ap.add_argument("--repeats", type=int, default=30)
@@ -333,7 +336,7 @@ def main() -> int:
         "dtype": str(dtype),
         "context": args.context,
         "compile": args.compile,
-        "command": " ".join(sys.argv),
+        "command": cli.command_line(ap, None),
     }
     bandwidth = copy_bandwidth(device)
     report["copy_bandwidth_gb_s"] = round(bandwidth / 1e9, 1)

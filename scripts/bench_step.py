@@ -31,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_runtime import random_draft, step_ms  # noqa: E402  (scripts/)
 from benchlib import sync, write_report  # noqa: E402
 
+from serving import cli  # noqa: E402
 from serving.benchmarks import load_bench  # noqa: E402
 from serving.decoder import SpeculativeDecoder  # noqa: E402
 from splitserve.target.chat import prompt_ids  # noqa: E402
@@ -64,7 +65,11 @@ def per_step_ms(dec, prompts, tokens: int, device) -> tuple[float, float]:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python scripts/bench_step.py",
+        description=__doc__,
+        formatter_class=argparse.RawTextHelpFormatter,
+    )
     ap.add_argument("--out", required=True, type=Path)
     ap.add_argument("--prompts", type=int, default=10)
     ap.add_argument("--tokens", type=int, default=128)
@@ -98,7 +103,7 @@ def main() -> int:
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         "torch": torch.__version__,
         "dtype": str(dtype),
-        "command": " ".join(sys.argv),
+        "command": cli.command_line(ap, None),
         "compile": args.compile,
         "prompts": len(prompts),
         "tokens": args.tokens,

@@ -22,7 +22,6 @@ import datetime
 import json
 import os
 import platform
-import shlex
 import statistics
 import sys
 import time
@@ -36,6 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from draft_models import SequenceSample  # noqa: E402
+from serving import cli  # noqa: E402
 from splitserve.launch import free_ports  # noqa: E402
 from splitserve.transport import (  # noqa: E402
     SampleReceiver,
@@ -173,7 +173,7 @@ def main(argv=None) -> None:
     if not set(forms) <= {"current", "polling"} or not forms:
         p.error(f"--forms {args.forms!r}: a comma-separated list of current, polling")
     result = {
-        "command": shlex.join(["python", "scripts/bench_transport.py", *given]),
+        "command": cli.command_line(p, given),
         "machine": platform.processor() or platform.machine(),
         "cpus": os.cpu_count(),
         "load_average_at_start": [round(x, 2) for x in os.getloadavg()],

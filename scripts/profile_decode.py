@@ -36,6 +36,7 @@ from bench_runtime import step_ms  # noqa: E402  (scripts/)
 from bench_step import per_step_ms  # noqa: E402
 from benchlib import back_to_back_ms, sync, write_report  # noqa: E402
 
+from serving import cli  # noqa: E402
 from serving.benchmarks import load_bench  # noqa: E402
 from serving.decoder import SpeculativeDecoder  # noqa: E402
 from serving.loading import load_decoder  # noqa: E402
@@ -86,7 +87,11 @@ def kernel_table(replay, device) -> dict:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python scripts/profile_decode.py",
+        description=__doc__,
+        formatter_class=argparse.RawTextHelpFormatter,
+    )
     ap.add_argument("--checkpoint", required=True, type=Path, help="checkpoint, run or export")
     ap.add_argument("--target", type=Path, help="target directory (an export needs it)")
     ap.add_argument("--out", required=True, type=Path)
@@ -117,7 +122,7 @@ def main() -> int:
     report = {
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         "torch": torch.__version__,
-        "command": " ".join(sys.argv),
+        "command": cli.command_line(ap, None),
         "checkpoint": str(ckpt),
         "compile": args.compile,
         "prompts": len(prompts),

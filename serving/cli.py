@@ -32,8 +32,9 @@ def parser(module: str, description: str) -> argparse.ArgumentParser:
 
 
 def command_line(ap: argparse.ArgumentParser, argv: list[str] | None) -> str:
-    """The command that ran (`python -m serving.X` and its flags, shell-quoted), for a report:
-    its figures can then be reproduced from the report alone."""
+    """The command that ran (the parser's prog, `python -m serving.X` or `python scripts/X.py`,
+    and its flags, shell-quoted), for a report: its figures can then be reproduced from the
+    report alone. Every serving module and benchmark script records it this way."""
     return f"{ap.prog} {shlex.join(sys.argv[1:] if argv is None else argv)}".rstrip()
 
 

@@ -12,7 +12,7 @@ def test_every_timed_attention_variant_equals_the_reference(tmp_path):
     args += ["--heads", "6", "--kv-heads", "2", "--head-dim", "16"]
     run_script("bench_attention.py", *args)
     report = json.loads(out.read_text())
-    assert report["command"].endswith("bench_attention.py " + " ".join(args))
+    assert report["command"] == "python scripts/bench_attention.py " + " ".join(args)
     rows = report["rows"]
     timed = [r for r in rows if "error" not in r]
     # on CPU SDPA has only its math kernel: the forced fused backends refuse, and say so

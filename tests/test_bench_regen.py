@@ -13,7 +13,9 @@ def test_the_static_backend_regenerates_every_sample_in_one_stream(tmp_path):
     args = ["--out", str(out), "--backends", "static", "--samples", "3", "--slots", "2"]
     args += ["--max-new-tokens", "4", "--max-length", "256", "--sharegpt", "0", "--device", "cpu"]
     run_script("bench_regen.py", *args)
-    (row,) = json.loads(out.read_text())["rows"]
+    report = json.loads(out.read_text())
+    assert report["command"] == "python scripts/bench_regen.py " + " ".join(args)
+    (row,) = report["rows"]
     assert row["backend"] == "static" and row["window"] == 3  # one stream over the 3 samples
     assert 3 <= row["new_tokens"] <= 12  # up to 4 new tokens each
     assert row["decode_steps"] >= 2 and row["samples_per_s"] > 0
