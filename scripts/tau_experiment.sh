@@ -63,7 +63,8 @@
 # SPS table and the speed phase), CURVE (0:
 # no budget curve), ABL (the ablations `ablate` runs), ABL_LIMIT and ABL_PROCS (items and
 # processes of each ablation evaluation), EXTRA (overrides added to every command, e.g. to shrink
-# it on CPU), REGEN_EXTRA (to regeneration only, e.g. a smaller prompt pool).
+# it on CPU), REGEN_EXTRA (to regeneration only, e.g. a smaller prompt pool), BASE
+# (report-ablate's baseline; default W/runs/dspark).
 set -euo pipefail
 SELF="$(cd "$(dirname "$0")" && pwd)/$(basename "$0")"
 cd "$(dirname "$0")/.."
@@ -81,7 +82,8 @@ ABL_PROCS=${ABL_PROCS:-$GPUS}  # decoding processes per ablation evaluation
 SPEED_LIMIT=${SPEED_LIMIT:-25}
 ABLATE=${ABLATE:-1}  # 0: the pipeline leaves the ablations out
 SPEED=${SPEED:-1}    # 0: the pipeline leaves the speed phase out
-RUNS=${RUNS:-dspark dflash eagle3}  # the main runs `train` starts (dspark is the ablations' baseline)
+RUNS=${RUNS-dspark dflash eagle3}  # the main runs `train` starts (dspark is the ablations' baseline;
+#   RUNS="": none, e.g. ablations compared with an earlier pass's baseline, BASE below)
 # the main evaluations in order of worth: T=1 of every run (the goal's macro tau), then greedy
 EVAL_JOBS=${EVAL_JOBS-$(for t in 1 0; do for r in $RUNS; do printf '%s ' "$r-t$t"; done; done)}
 CURVE=${CURVE:-1}    # 0: `eval` leaves out DSpark's budget curve
@@ -330,9 +332,9 @@ eval-ablate)
   echo "started: the baseline's and every ablation's evaluation, one after another"
   ;;
 eval-ablate-fg)  # `eval-ablate`'s chain, each over ABL_PROCS processes, in ABL's order: a
-  # run still training is waited for (its evaluation then runs beside the next run's training,
-  # on the same GPU); a run that ended without a summary (failed), or that no lane will start,
-  # is skipped
+  # run still training is waited for, even when its lane is gone (its evaluation then runs
+  # beside the next run's training, on the same GPU); a run that ended without a summary
+  # (failed), or that no lane will start, is skipped
   lanes_alive() {
     local f
     for f in "$W"/runs/lane*.pid "$W"/ablate/lane*.pid; do
@@ -344,7 +346,10 @@ eval-ablate-fg)  # `eval-ablate`'s chain, each over ABL_PROCS processes, in ABL'
     [ -f "$1.pid" ] && ! running "$1.pid"
   }
   for run in "$W/runs/dspark" $(for n in $ABL; do echo "$W/ablate/$n"; done); do
-    until [ -f "$run/summary.json" ] || ended "$run" || ! lanes_alive; do sleep 5; done
+    # a run's own process is what is waited for: pass 14 stopped the lane (so that no further
+    # run would start) while layers1 trained, and its evaluation was skipped
+    until [ -f "$run/summary.json" ] || ended "$run" ||
+      { ! running "$run.pid" && ! lanes_alive; }; do sleep 5; done
     [ -f "$run/summary.json" ] || { echo "### $(date +%T) $run: no summary, skipped"; continue; }
     evaluate_one "eval-ablate/$(basename "$run")" --checkpoint "$run" --bench gsm8k,mtbench \
       --limit $ABL_LIMIT --procs $ABL_PROCS
@@ -353,12 +358,23 @@ eval-ablate-fg)  # `eval-ablate`'s chain, each over ABL_PROCS processes, in ABL'
 report-ablate)
   out=${2:?report-ablate needs an output directory}
   mkdir -p "$out"
-  base="$W/runs/dspark"
+  # BASE: the baseline's run dir, or its results copied from an earlier pass (overrides and
+  # evaluations, e.g. docs/ablations/tau_h200_pass14/runs/dspark)
+  base=${BASE:-$W/runs/dspark}
   a="$W/ablate"
-  $PY -m serving.ablation_report "$base" "$a/rope_partial" "$a/rope_interleaved" --out "$out/rope_h200"
-  $PY -m serving.ablation_report "$base" "$a/mla" --out "$out/attention_h200"
-  $PY -m serving.ablation_report "$a/layers1" "$a/layers2" "$base" "$a/layers5" --out "$out/layers_h200"
-  $PY -m serving.ablation_report "$base" "$a/block16" --out "$out/block_h200"
+  axis() {  # report name, then the axis' run dirs in table order: those that ran (an ablation
+    # run in a later session, ABL, is left out); an axis with no ablation run is skipped
+    local name=$1 d ran=()
+    shift
+    for d in "$@"; do [ -d "$d" ] && ran+=("$d"); done
+    if [ "${#ran[@]}" -lt 2 ]; then echo "report-ablate: $name: no ablation run, skipped"; return 0; fi
+    $PY -m serving.ablation_report "${ran[@]}" --out "$out/$name"
+  }
+  [ -d "$base" ] || { echo "error: $base is missing: the baseline did not run (RUNS=dspark, or BASE=DIR)"; exit 1; }
+  axis rope_h200 "$base" "$a/rope_partial" "$a/rope_interleaved"
+  axis attention_h200 "$base" "$a/mla"
+  axis layers_h200 "$a/layers1" "$a/layers2" "$base" "$a/layers5"
+  axis block_h200 "$base" "$a/block16"
   ;;
 taus)
   for f in "$W"/eval/*/*.json "$W"/speed/*/*.json; do
@@ -472,18 +488,24 @@ snap)  # OUT: the small results so far (reports, metrics, logs; no weights) as O
   ;;
 pack)
   out=${2:?pack needs an output directory}
+  mkdir -p "$out"
   # DSpark's export (SGLang serves DSpark drafts only; the baselines keep their checkpoints)
-  $PY -m serving.export --checkpoint "$W/runs/dspark" --out "$W/export/dspark" \
-    --max-shard-mb 15 > "$W/export.log" 2>&1
-  (cd "$W" && sha256sum runs/*/checkpoints/step-*/draft/model*.safetensors export/dspark/* \
-    > checksums.txt)
+  if [ -d "$W/runs/dspark" ]; then
+    $PY -m serving.export --checkpoint "$W/runs/dspark" --out "$W/export/dspark" \
+      --max-shard-mb 15 > "$W/export.log" 2>&1
+  else
+    echo "no $W/runs/dspark (RUNS without dspark): nothing exported" > "$W/export.log"
+  fi
+  weights=$(cd "$W" && ls runs/*/checkpoints/step-*/draft/model*.safetensors \
+    ablate/*/checkpoints/step-*/draft/model*.safetensors export/dspark/* 2> /dev/null || true)
+  (cd "$W" && { [ -z "$weights" ] || sha256sum $weights; } > checksums.txt)
   mkdir -p "$W/speed" "$W/eval"  # pack what exists
   tar -czf "$out/results.tar.gz" -C "$W" checksums.txt eval speed export.log \
     $(cd "$W" && ls runs/*.log runs/*/metrics.jsonl runs/*/.hydra/overrides.yaml regen*.log regen/regen.log 2> /dev/null) \
     $(cd "$W" && ls runs/*/checkpoints/step-*/draft/draft_config.json 2> /dev/null) \
     $(cd "$W" && ls -d runs/dspark/eval ablate/*.log ablate/*/metrics.jsonl ablate/*/eval \
       ablate/*/.hydra/overrides.yaml ablate-report 2> /dev/null)
-  cp "$W"/export/dspark/* "$out/"  # to start a later run from (train.init_from)
+  [ ! -d "$W/export/dspark" ] || cp "$W"/export/dspark/* "$out/"  # for train.init_from
   ls -la "$out"
   ;;
 *)

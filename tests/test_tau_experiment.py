@@ -1,10 +1,12 @@
 """scripts/tau_experiment.sh's control flow on CPU (its GPU work is in docs/ablations): the
-script parses, refuses bad settings, and `eval-ablate` evaluates each run once it has ended,
-skips runs that ended without a summary, and waits for runs still training. `PY` is a stub that
+script parses, refuses bad settings, `eval-ablate` evaluates each run once it has ended,
+skips runs that ended without a summary, and waits for runs still training (lane or not), and
+`report-ablate` reports only the axes whose runs exist. `PY` is a stub that
 records each evaluation instead of running it."""
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -67,6 +69,115 @@ def test_eval_ablate_takes_each_run_as_it_ends_and_skips_failed_ones(tmp_path):
     ]
     assert checkpoints == [str(w / r) for r in ("runs/dspark", "ablate/mla", "ablate/layers2")]
     assert f"{w}/ablate/layers1: no summary, skipped" in out
+
+
+def test_eval_ablate_waits_for_a_training_run_whose_lane_is_gone(tmp_path):
+    # pass 14 stopped the lane so that no later run would start; the run it had started kept
+    # training and must still be evaluated once it ends
+    w = tmp_path
+    for run in ("runs/dspark", "ablate/layers1"):
+        (w / run).mkdir(parents=True)
+    (w / "eval-ablate").mkdir()
+    (w / "runs/dspark/summary.json").write_text("{}")
+    training = subprocess.Popen(["sleep", "60"])  # layers1's own process; no lane alive
+    (w / "ablate/layers1.pid").write_text(str(training.pid))
+    chain = subprocess.Popen(
+        ["bash", str(SCRIPT), "eval-ablate-fg"],
+        env=_env(w, ABL="layers1 layers2"),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    calls = w / "calls"
+    try:
+        deadline = time.time() + 30
+        while not calls.exists():  # dspark's evaluation
+            assert time.time() < deadline and chain.poll() is None
+            time.sleep(0.2)
+        time.sleep(6)  # past one poll of the chain
+        assert chain.poll() is None  # still waiting for layers1
+        (w / "ablate/layers1/summary.json").write_text("{}")
+        training.kill()
+        training.wait()
+        out, _ = chain.communicate(timeout=30)
+    finally:
+        training.kill()
+        chain.kill()
+    checkpoints = [
+        line.split("--checkpoint ")[1].split()[0] for line in calls.read_text().splitlines()
+    ]
+    assert checkpoints == [str(w / "runs/dspark"), str(w / "ablate/layers1")]
+    assert f"{w}/ablate/layers2: no summary, skipped" in out  # never started, no lane
+
+
+def test_report_ablate_reports_the_axes_that_ran(tmp_path):
+    w = tmp_path
+    for run in ("runs/dspark", "ablate/layers1", "ablate/mla"):
+        (w / run).mkdir(parents=True)
+    out = subprocess.run(
+        ["bash", str(SCRIPT), "report-ablate", str(w / "report")],
+        env=_env(w),
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    calls = (w / "calls").read_text().splitlines()
+    base, a = w / "runs/dspark", w / "ablate"
+    assert calls == [
+        f"-m serving.ablation_report {base} {a}/mla --out {w}/report/attention_h200",
+        f"-m serving.ablation_report {a}/layers1 {base} --out {w}/report/layers_h200",
+    ]
+    assert "rope_h200: no ablation run, skipped" in out.stdout
+    assert "block_h200: no ablation run, skipped" in out.stdout
+    (w / "calls").unlink()
+    shutil.rmtree(base)
+    out = subprocess.run(
+        ["bash", str(SCRIPT), "report-ablate", str(w / "report")],
+        env=_env(w),
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 1 and "the baseline did not run" in out.stdout
+    # an earlier pass's baseline, as results copied without weights
+    earlier = tmp_path / "pass14/runs/dspark"
+    earlier.mkdir(parents=True)
+    out = subprocess.run(
+        ["bash", str(SCRIPT), "report-ablate", str(w / "report")],
+        env=_env(w, BASE=str(earlier)),
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert (w / "calls").read_text().splitlines()[-1] == (
+        f"-m serving.ablation_report {a}/layers1 {earlier} --out {w}/report/layers_h200"
+    )
+
+
+def test_no_main_runs_and_pack_without_dspark(tmp_path):
+    # RUNS="": ablations only, against an earlier baseline; pack then exports nothing
+    w = tmp_path
+    (w / "regen.jsonl").write_text("".join(f'{{"g": {g}}}\n' for g in range(100)))
+    out = subprocess.run(
+        ["bash", str(SCRIPT), "train"],
+        env=_env(w, RUNS="", SAMPLES="32", GPUS="1"),
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 0 and "started: 0 runs" in out.stdout, out.stdout + out.stderr
+    assert not list((w / "runs").glob("lane*.pid"))
+    (w / "ablate/layers1/eval").mkdir(parents=True)
+    out = subprocess.run(
+        ["bash", str(SCRIPT), "pack", str(w / "pack")],
+        env=_env(w),
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "nothing exported" in (w / "export.log").read_text()
+    assert (w / "checksums.txt").read_text() == ""
+    listed = subprocess.run(
+        ["tar", "-tzf", str(w / "pack/results.tar.gz")], capture_output=True, text=True
+    ).stdout.split()
+    assert "ablate/layers1/eval/" in listed and "export.log" in listed
 
 
 # splitserve.regenerate's file for --out F --samples N --start S --shard K/M, the last line

@@ -5,6 +5,7 @@ takes seconds of compute; what is checked is the machinery: equality of disaggre
 single-process training, exactly-once delivery, resume after SIGKILL, the Ling-3 recipe.
 """
 
+import gzip
 import json
 import os
 import shutil
@@ -323,6 +324,17 @@ def test_hydra_multirun_ablation_and_its_report(tmp_path, capsys):
     bare = cells((tmp_path / "c.md").read_text())
     assert [r["tau gsm8k"] for r in bare] == [r["tau gsm8k"] for r in rows[:2]]
     assert [r["draft params"] for r in bare] == ["", ""] and rows[0]["draft params"] != ""
+    assert [r["sim tau (train eval)"] for r in bare] == [
+        r["sim tau (train eval)"] for r in rows[:2]
+    ]
+    # as committed under docs/ablations: the metrics gzipped
+    metrics = copied / "0" / "metrics.jsonl"
+    with gzip.open(metrics.with_suffix(".jsonl.gz"), "wt") as f:
+        f.write(metrics.read_text())
+    metrics.unlink()
+    assert report_main([str(copied / "0"), "--out", str(tmp_path / "g")]) == 0
+    gz = cells((tmp_path / "g.md").read_text())
+    assert gz[0]["sim tau (train eval)"] == rows[0]["sim tau (train eval)"] != ""
     assert report_main([str(copied / "2"), "--out", str(tmp_path / "d")]) == 2  # nothing to read
     assert report_main([str(tmp_path / "report"), "--out", str(tmp_path / "x")]) == 2
     assert "holds no Hydra multirun jobs" in capsys.readouterr().err
