@@ -229,6 +229,8 @@ rows.sort(key=lambda x: json.loads(x)['g']); sys.stdout.writelines(rows)" \
     $(ls "$W/regen.jsonl" 2> /dev/null) "$W"/regen[0-9]*.jsonl > "$W/regen.jsonl.partial"
   mv "$W/regen.jsonl.partial" "$W/regen.jsonl"
   rm -f "$W"/regen[0-9]*.jsonl  # merged
+  # to check a later regeneration's file against this one (the same code writes the same file)
+  (cd "$W" && sha256sum regen.jsonl) > "$W/regen_sha256.txt"
   tail -q -n 1 "$W"/regen[0-9]*.log
   wc -l "$W/regen.jsonl"
   ;;
@@ -345,7 +347,11 @@ eval-ablate-fg)  # `eval-ablate`'s chain, each over ABL_PROCS processes, in ABL'
   ended() {  # run dir: its process was started and has exited (with or without a summary)
     [ -f "$1.pid" ] && ! running "$1.pid"
   }
-  for run in "$W/runs/dspark" $(for n in $ABL; do echo "$W/ablate/$n"; done); do
+  # the baseline first, when this pipeline trains it (RUNS="": an earlier pass's, BASE)
+  chain=()
+  [[ " $RUNS " != *" dspark "* ]] || chain+=("$W/runs/dspark")
+  for n in $ABL; do chain+=("$W/ablate/$n"); done
+  for run in "${chain[@]}"; do
     # a run's own process is what is waited for: pass 14 stopped the lane (so that no further
     # run would start) while layers1 trained, and its evaluation was skipped
     until [ -f "$run/summary.json" ] || ended "$run" ||
@@ -368,7 +374,9 @@ report-ablate)
     shift
     for d in "$@"; do [ -d "$d" ] && ran+=("$d"); done
     if [ "${#ran[@]}" -lt 2 ]; then echo "report-ablate: $name: no ablation run, skipped"; return 0; fi
-    $PY -m serving.ablation_report "${ran[@]}" --out "$out/$name"
+    # one axis failing (e.g. a run that saved nothing) leaves the others' reports
+    $PY -m serving.ablation_report "${ran[@]}" --out "$out/$name" ||
+      echo "report-ablate: $name failed"
   }
   [ -d "$base" ] || { echo "error: $base is missing: the baseline did not run (RUNS=dspark, or BASE=DIR)"; exit 1; }
   axis rope_h200 "$base" "$a/rope_partial" "$a/rope_interleaved"
@@ -501,7 +509,7 @@ pack)
   (cd "$W" && { [ -z "$weights" ] || sha256sum $weights; } > checksums.txt)
   mkdir -p "$W/speed" "$W/eval"  # pack what exists
   tar -czf "$out/results.tar.gz" -C "$W" checksums.txt eval speed export.log \
-    $(cd "$W" && ls runs/*.log runs/*/metrics.jsonl runs/*/.hydra/overrides.yaml regen*.log regen/regen.log 2> /dev/null) \
+    $(cd "$W" && ls runs/*.log runs/*/metrics.jsonl runs/*/.hydra/overrides.yaml regen*.log regen/regen.log regen_sha256.txt 2> /dev/null) \
     $(cd "$W" && ls runs/*/checkpoints/step-*/draft/draft_config.json 2> /dev/null) \
     $(cd "$W" && ls -d runs/dspark/eval ablate/*.log ablate/*/metrics.jsonl ablate/*/eval \
       ablate/*/.hydra/overrides.yaml ablate-report 2> /dev/null)

@@ -125,6 +125,10 @@ class RunConfig:
             raise bad("target.generate_batch", self.target.generate_batch, "an integer >= 1")
         if self.target.produce_window < 0:
             raise bad("target.produce_window", self.target.produce_window, "an integer >= 0")
+        if self.target.render_ahead < 0:
+            raise bad(
+                "target.render_ahead", self.target.render_ahead, "an integer >= 0 (0: inline)"
+            )
         if self.train.decode_eval_prompts < 0 or self.train.decode_eval_tokens < 1:
             raise bad(
                 "train.decode_eval_prompts / decode_eval_tokens",

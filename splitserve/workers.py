@@ -178,6 +178,19 @@ class BatchedProducer:
         return self.ready.pop(g)
 
 
+def sample_producer(target: TargetBackend, ctx: RunContext, everything: list[int], ids: list[int]):
+    """produce(g) over `ids` (called in that order), by the backend's own batching: one sample at
+    a time (`window` 1), fixed windows of `everything` (the worker's samples from step 0), or one
+    stream over `ids` (0, batch-invariant backends). A target worker and the colocated process
+    both produce this way."""
+    window = target.window
+    if window == 0 and not target.batch_invariant:
+        raise ValueError(f"target.backend={ctx.cfg.target.backend} has no single-stream mode")
+    if window == 1:
+        return lambda g: target.produce(g, ctx.conversation(g))
+    return BatchedProducer(target.produce_stream, ctx.conversation, everything, set(ids), window)
+
+
 def target_main(index: int, ctx: RunContext) -> None:
     """Target worker `index`: produce its samples in order and send them against credits."""
     _setup_process(ctx)
@@ -186,15 +199,8 @@ def target_main(index: int, ctx: RunContext) -> None:
     target = make_target(ctx.cfg, ctx.model_dir, device, ctx.target_layer_ids)
     t = ctx.topology
     ids = list(t.target_samples(index, ctx.start_step, ctx.cfg.train.steps))
-    produce = lambda g: target.produce(g, ctx.conversation(g))  # noqa: E731
-    window = target.window
-    if window == 0 and not target.batch_invariant:
-        raise ValueError(f"target.backend={ctx.cfg.target.backend} has no single-stream mode")
-    if window != 1:
-        everything = list(t.target_samples(index, 0, ctx.cfg.train.steps))
-        produce = BatchedProducer(
-            target.produce_stream, ctx.conversation, everything, set(ids), window
-        )
+    everything = list(t.target_samples(index, 0, ctx.cfg.train.steps))
+    produce = sample_producer(target, ctx, everything, ids)
     start = time.perf_counter()
     watch = WaitWatch(f"target {index}", ctx.cfg.log.wait_notice_s)
     try:
@@ -561,7 +567,9 @@ def trainer_main(rank: int, ctx: RunContext) -> None:
 
 
 def colocated_main(ctx: RunContext) -> None:
-    """The single-process reference: the same target and trainer code, no transport."""
+    """The single-process reference: the same target and trainer code, no transport. The target
+    produces as a target worker does (`sample_producer`: the static backend's teacher forcing
+    prefills 32 answers a forward, not one), between the trainer's steps."""
     _setup_process(ctx)
     t = ctx.topology
     if (t.num_targets, t.num_trainers) != (1, 1):
@@ -569,11 +577,14 @@ def colocated_main(ctx: RunContext) -> None:
     device = _device(ctx, "trainer", 0)
     trainer = _build_trainer(ctx, 0, device)
     target = make_target(ctx.cfg, ctx.model_dir, device, trainer.draft_cfg.target_layer_ids)
-    ids = iter(t.trainer_samples(0, ctx.start_step, ctx.cfg.train.steps))
+    order = list(t.trainer_samples(0, ctx.start_step, ctx.cfg.train.steps))
+    everything = list(t.trainer_samples(0, 0, ctx.cfg.train.steps))
+    produce = sample_producer(target, ctx, everything, order)
+    ids = iter(order)
 
     def next_sample():
         g = next(ids)
-        return g, target.produce(g, ctx.conversation(g))
+        return g, produce(g)
 
     train_loop(trainer, ctx, 0, next_sample)
     dist.destroy_process_group()

@@ -71,6 +71,10 @@ def test_assistant_only_loss_mask_on_the_real_chat_template(smol_dir):
             spans.append(tok.decode(ids[start : t + 1]))
     assert [s.strip() for s in spans] == ["2 + 3 = 5.<|im_end|>", "5 x 4 = 20.<|im_end|>"]
     assert "Add 2 and 3." in tok.decode(ids[~mask])
+    # ending with a user turn: the answer's span found by rendering up to it, not the whole
+    ids3, mask3 = render_with_loss_mask(tok, messages[:3])
+    assert torch.equal(ids3, ids[: len(ids3)]) and torch.equal(mask3, mask[: len(ids3)])
+    assert tok.decode(ids3[mask3]).strip() == "2 + 3 = 5.<|im_end|>"
     with pytest.raises(ValueError, match="assistant turn"):
         render_with_loss_mask(tok, messages[:1])
 
@@ -332,6 +336,21 @@ def test_static_backend_samples_depend_only_on_their_seed(smol_dir):
         assert torch.equal(s.input_ids, ref.input_ids) and torch.equal(s.loss_mask, ref.loss_mask)
         torch.testing.assert_close(s.aux_hidden, ref.aux_hidden, atol=2e-4, rtol=1e-4)
         torch.testing.assert_close(s.final_hidden, ref.final_hidden, atol=2e-4, rtol=1e-4)
+    # sample by sample, as a worker (and the colocated process) asks: still one forward per group
+    from types import SimpleNamespace
+
+    from splitserve.workers import sample_producer
+
+    ctx = SimpleNamespace(cfg=SimpleNamespace(target=forced.cfg), conversation=convs.__getitem__)
+    before = forced.engine.prefills
+    produce = sample_producer(forced, ctx, [0, 1, 2, 3], [0, 1, 2, 3])
+    for g, ref in enumerate(got):
+        s = produce(g)
+        assert torch.equal(s.input_ids, ref.input_ids)
+        torch.testing.assert_close(s.aux_hidden, ref.aux_hidden)
+    assert forced.engine.prefills - before == 2  # 4 answers, groups of 2
+    forced.produce(0, convs[0])
+    assert forced.engine.prefills - before == 3  # what the colocated process did per sample
 
 
 def test_static_backend_refuses_a_hybrid_target():

@@ -24,6 +24,33 @@ def _env(w: Path, **extra) -> dict:
     return {**os.environ, "W": str(w), "PY": str(stub), **extra}
 
 
+def _chain(w: Path, abl: str) -> subprocess.Popen:
+    """`eval-ablate`'s chain over the runs under w, in the foreground of a child process."""
+    return subprocess.Popen(
+        ["bash", str(SCRIPT), "eval-ablate-fg"], env=_env(w, ABL=abl), stdout=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+
+
+def _wait_for_evaluations(w: Path, chain: subprocess.Popen, n: int) -> None:
+    calls, deadline = w / "calls", time.time() + 30
+    while not calls.exists() or calls.read_text().count("\n") < n:
+        assert time.time() < deadline and chain.poll() is None
+        time.sleep(0.2)
+
+
+def _evaluated(w: Path) -> list[str]:
+    """The checkpoints the chain evaluated, in order."""
+    lines = (w / "calls").read_text().splitlines()
+    return [line.split("--checkpoint ")[1].split()[0] for line in lines]
+
+
+def _run(w: Path, *args: str, **env) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["bash", str(SCRIPT), *args], env=_env(w, **env), capture_output=True, text=True
+    )
+
+
 def test_the_script_parses_and_refuses_bad_settings(tmp_path):
     assert subprocess.run(["bash", "-n", str(SCRIPT)]).returncode == 0
     out = subprocess.run(
@@ -44,18 +71,9 @@ def test_eval_ablate_takes_each_run_as_it_ends_and_skips_failed_ones(tmp_path):
     (w / "ablate/layers1.pid").write_text(str(failed.pid))
     lane = subprocess.Popen(["sleep", "60"])  # the lane still training layers2
     (w / "ablate/lane0.pid").write_text(str(lane.pid))
-    chain = subprocess.Popen(
-        ["bash", str(SCRIPT), "eval-ablate-fg"],
-        env=_env(w, ABL="layers1 mla layers2"),
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    calls = w / "calls"
+    chain = _chain(w, "layers1 mla layers2")
     try:
-        deadline = time.time() + 30
-        while not calls.exists() or calls.read_text().count("\n") < 2:  # dspark, mla
-            assert time.time() < deadline and chain.poll() is None
-            time.sleep(0.2)
+        _wait_for_evaluations(w, chain, 2)  # dspark, mla
         time.sleep(1)
         assert chain.poll() is None  # waiting for layers2 while its lane lives
         (w / "ablate/layers2/summary.json").write_text("{}")
@@ -64,10 +82,7 @@ def test_eval_ablate_takes_each_run_as_it_ends_and_skips_failed_ones(tmp_path):
     finally:
         lane.kill()
         chain.kill()
-    checkpoints = [
-        line.split("--checkpoint ")[1].split()[0] for line in calls.read_text().splitlines()
-    ]
-    assert checkpoints == [str(w / r) for r in ("runs/dspark", "ablate/mla", "ablate/layers2")]
+    assert _evaluated(w) == [str(w / r) for r in ("runs/dspark", "ablate/mla", "ablate/layers2")]
     assert f"{w}/ablate/layers1: no summary, skipped" in out
 
 
@@ -81,18 +96,9 @@ def test_eval_ablate_waits_for_a_training_run_whose_lane_is_gone(tmp_path):
     (w / "runs/dspark/summary.json").write_text("{}")
     training = subprocess.Popen(["sleep", "60"])  # layers1's own process; no lane alive
     (w / "ablate/layers1.pid").write_text(str(training.pid))
-    chain = subprocess.Popen(
-        ["bash", str(SCRIPT), "eval-ablate-fg"],
-        env=_env(w, ABL="layers1 layers2"),
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    calls = w / "calls"
+    chain = _chain(w, "layers1 layers2")
     try:
-        deadline = time.time() + 30
-        while not calls.exists():  # dspark's evaluation
-            assert time.time() < deadline and chain.poll() is None
-            time.sleep(0.2)
+        _wait_for_evaluations(w, chain, 1)  # dspark's
         time.sleep(6)  # past one poll of the chain
         assert chain.poll() is None  # still waiting for layers1
         (w / "ablate/layers1/summary.json").write_text("{}")
@@ -102,23 +108,40 @@ def test_eval_ablate_waits_for_a_training_run_whose_lane_is_gone(tmp_path):
     finally:
         training.kill()
         chain.kill()
-    checkpoints = [
-        line.split("--checkpoint ")[1].split()[0] for line in calls.read_text().splitlines()
-    ]
-    assert checkpoints == [str(w / "runs/dspark"), str(w / "ablate/layers1")]
+    assert _evaluated(w) == [str(w / "runs/dspark"), str(w / "ablate/layers1")]
     assert f"{w}/ablate/layers2: no summary, skipped" in out  # never started, no lane
+
+
+def test_without_a_baseline_run_each_ablation_is_evaluated_as_it_ends(tmp_path):
+    # RUNS="" (the baseline is an earlier pass's): no wait for a runs/dspark that never starts
+    w = tmp_path
+    for run in ("ablate/layers1", "ablate/layers2", "eval-ablate"):
+        (w / run).mkdir(parents=True)
+    (w / "ablate/layers1/summary.json").write_text("{}")
+    lane = subprocess.Popen(["sleep", "60"])  # the lane, now training layers2
+    (w / "ablate/lane0.pid").write_text(str(lane.pid))
+    chain = subprocess.Popen(
+        ["bash", str(SCRIPT), "eval-ablate-fg"], env=_env(w, ABL="layers1 layers2", RUNS=""),
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        _wait_for_evaluations(w, chain, 1)  # layers1's, while the lane still lives
+        assert lane.poll() is None
+        (w / "ablate/layers2/summary.json").write_text("{}")
+        lane.kill()
+        lane.wait()
+        chain.communicate(timeout=30)
+    finally:
+        lane.kill()
+        chain.kill()
+    assert _evaluated(w) == [str(w / "ablate/layers1"), str(w / "ablate/layers2")]
 
 
 def test_report_ablate_reports_the_axes_that_ran(tmp_path):
     w = tmp_path
     for run in ("runs/dspark", "ablate/layers1", "ablate/mla"):
         (w / run).mkdir(parents=True)
-    out = subprocess.run(
-        ["bash", str(SCRIPT), "report-ablate", str(w / "report")],
-        env=_env(w),
-        capture_output=True,
-        text=True,
-    )
+    out = _run(w, "report-ablate", str(w / "report"))
     assert out.returncode == 0, out.stdout + out.stderr
     calls = (w / "calls").read_text().splitlines()
     base, a = w / "runs/dspark", w / "ablate"
@@ -130,22 +153,12 @@ def test_report_ablate_reports_the_axes_that_ran(tmp_path):
     assert "block_h200: no ablation run, skipped" in out.stdout
     (w / "calls").unlink()
     shutil.rmtree(base)
-    out = subprocess.run(
-        ["bash", str(SCRIPT), "report-ablate", str(w / "report")],
-        env=_env(w),
-        capture_output=True,
-        text=True,
-    )
+    out = _run(w, "report-ablate", str(w / "report"))
     assert out.returncode == 1 and "the baseline did not run" in out.stdout
     # an earlier pass's baseline, as results copied without weights
     earlier = tmp_path / "pass14/runs/dspark"
     earlier.mkdir(parents=True)
-    out = subprocess.run(
-        ["bash", str(SCRIPT), "report-ablate", str(w / "report")],
-        env=_env(w, BASE=str(earlier)),
-        capture_output=True,
-        text=True,
-    )
+    out = _run(w, "report-ablate", str(w / "report"), BASE=str(earlier))
     assert out.returncode == 0, out.stdout + out.stderr
     assert (w / "calls").read_text().splitlines()[-1] == (
         f"-m serving.ablation_report {a}/layers1 {earlier} --out {w}/report/layers_h200"
@@ -156,21 +169,11 @@ def test_no_main_runs_and_pack_without_dspark(tmp_path):
     # RUNS="": ablations only, against an earlier baseline; pack then exports nothing
     w = tmp_path
     (w / "regen.jsonl").write_text("".join(f'{{"g": {g}}}\n' for g in range(100)))
-    out = subprocess.run(
-        ["bash", str(SCRIPT), "train"],
-        env=_env(w, RUNS="", SAMPLES="32", GPUS="1"),
-        capture_output=True,
-        text=True,
-    )
+    out = _run(w, "train", RUNS="", SAMPLES="32", GPUS="1")
     assert out.returncode == 0 and "started: 0 runs" in out.stdout, out.stdout + out.stderr
     assert not list((w / "runs").glob("lane*.pid"))
     (w / "ablate/layers1/eval").mkdir(parents=True)
-    out = subprocess.run(
-        ["bash", str(SCRIPT), "pack", str(w / "pack")],
-        env=_env(w),
-        capture_output=True,
-        text=True,
-    )
+    out = _run(w, "pack", str(w / "pack"))
     assert out.returncode == 0, out.stdout + out.stderr
     assert "nothing exported" in (w / "export.log").read_text()
     assert (w / "checksums.txt").read_text() == ""

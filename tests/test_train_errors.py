@@ -85,6 +85,15 @@ def test_draft_hidden_size_that_does_not_match_the_target(tmp_path):
     )
 
 
+def test_a_negative_render_ahead_is_named(tmp_path):
+    expect_failure(
+        tmp_path,
+        ["target.render_ahead=-1"],
+        ValueError,
+        r"target.render_ahead=-1.*>= 0 \(0: inline\)",
+    )
+
+
 def test_unknown_config_key(tmp_path):
     expect_failure(
         tmp_path, ["+train.learning_rate=0.1"], ValueError, r"bad config key train.learning_rate"

@@ -81,11 +81,16 @@ def losses(run_dir: Path) -> dict[int, float]:
     return out
 
 
-def test_disaggregated_training_equals_single_process(tmp_path):
-    """...and the profiler (log.profile_steps, on the split run) changes nothing it measures."""
-    one = run(compose_cfg(TINY + ["split.colocated=true"]), tmp_path / "colocated")
+@pytest.mark.parametrize("backend", ["hf", "static"])
+def test_disaggregated_training_equals_single_process(tmp_path, backend):
+    """...and the profiler (log.profile_steps, on the split run) changes nothing it measures. The
+    colocated process produces as a target worker does: with the static backend, one stream of
+    teacher-forced answers prefilled in groups (the same groups as the split run's target)."""
+    # static: groups of 2 answers (hf keeps the default, one sample at a time)
+    cfg = TINY + ([f"target.backend={backend}", "target.generate_batch=2"] * (backend == "static"))
+    one = run(compose_cfg(cfg + ["split.colocated=true"]), tmp_path / "colocated")
     profiled = ["log.profile_steps=2", "log.profile_start=1"]
-    two = run(compose_cfg(TINY + profiled), tmp_path / "split")
+    two = run(compose_cfg(cfg + profiled), tmp_path / "split")
     a, b = losses(tmp_path / "colocated"), losses(tmp_path / "split")
     assert sorted(a) == [1, 2, 3, 4]
     for step in a:

@@ -39,7 +39,9 @@ def render_with_loss_mask(tokenizer, messages: Sequence[dict]) -> tuple[torch.Te
         if message.get("role") != "assistant":
             continue
         before = _ids(tokenizer, messages[:i], True) if i else []
-        after = _ids(tokenizer, messages[: i + 1], False)
+        # the last turn's `after` is `full` (a conversation that ends with its answer, as every
+        # training sample does: two renders instead of three)
+        after = full if i + 1 == len(messages) else _ids(tokenizer, messages[: i + 1], False)
         if full[: len(after)] != after or after[: len(before)] != before:
             raise ValueError(
                 f"the tokenizer's chat template is not prefix-stable at turn {i}: "

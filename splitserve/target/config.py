@@ -39,6 +39,9 @@ class TargetConfig:
     # never drain at a window's end); > 0 cuts the list into windows of this many samples.
     # (hf: each generate call is one window of generate_batch.)
     produce_window: int = 0
+    # static backend: prompts (regeneration) or conversations (regenerate=false) rendered this
+    # many samples ahead in a thread while the worker waits for its device (0: inline)
+    render_ahead: int = 64
     sampling: list[SamplingSetting] = field(default_factory=lambda: [SamplingSetting()])
     # The draft.target_layer_ids this target is meant to be distilled from: a draft that leaves
     # its ids unset (null) takes these (else DFlash's evenly spaced rule). Ids count decoder

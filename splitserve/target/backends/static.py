@@ -30,6 +30,7 @@ import torch
 from draft_models import SequenceSample
 
 from ...data import Conversation
+from ..ahead import ahead
 from ..chat import render_with_loss_mask
 from ..config import regeneration_seed, resolve_dtype
 from ..models import load_causal_lm
@@ -108,15 +109,17 @@ class StaticTarget(TargetBackend):
             yield from self._teacher_forced(conversations)
             return
 
-        def requests():
-            for g, conversation in zip(gs, conversations, strict=True):
-                prompt = torch.tensor(self.prompt(conversation), dtype=torch.long)
-                setting = self.setting(g)
-                seed = regeneration_seed(self.setup.seed, g)
-                budget = self.budget(prompt.numel())
-                yield Request(prompt, budget, seed, setting.temperature, setting.top_p)
+        def request(item: tuple[int, Conversation]) -> Request:
+            g, conversation = item
+            prompt = torch.tensor(self.prompt(conversation), dtype=torch.long)
+            setting = self.setting(g)
+            seed = regeneration_seed(self.setup.seed, g)
+            budget = self.budget(prompt.numel())
+            return Request(prompt, budget, seed, setting.temperature, setting.top_p)
 
-        for i, d in self.engine.stream(requests()):
+        # prompts rendered while the steps run (splitserve.target.ahead)
+        requests = self._rendered(request, zip(gs, conversations, strict=True))
+        for i, d in self.engine.stream(requests):
             yield i, self._sample(d.ids, d.prompt_len, d.aux, d.final)
 
     def _teacher_forced(
@@ -126,14 +129,26 @@ class StaticTarget(TargetBackend):
         time into cache rows 0..k-1 (right-padded to the group's longest; each row's states are
         copied out before the next group overwrites them)."""
         group: list[tuple[int, torch.Tensor, torch.Tensor]] = []
-        for i, conversation in enumerate(conversations):
-            ids, mask = render_with_loss_mask(self.tokenizer, conversation)
+        # rendered while the prefills run and the worker sends (splitserve.target.ahead)
+        rendered = self._rendered(self._render, conversations)
+        for i, (ids, mask) in enumerate(rendered):
             group.append((i, ids[: self.setup.max_length], mask[: self.setup.max_length]))
             if len(group) == self.prefill_group:
                 yield from self._prefilled(group)
                 group = []
         if group:
             yield from self._prefilled(group)
+
+    def _render(self, conversation: Conversation) -> tuple[torch.Tensor, torch.Tensor]:
+        return render_with_loss_mask(self.tokenizer, conversation)
+
+    def _rendered(self, fn, items: Iterable) -> Iterator:
+        """fn over items, `target.render_ahead` ahead in a thread (two prefill groups, or two
+        refill groups of a 512-slot regeneration, by default), or inline at 0. The thread uses
+        the tokenizer beside the worker's own thread: safe while neither changes its truncation
+        or padding settings (nothing here does)."""
+        depth = self.cfg.render_ahead
+        return ahead(fn, items, depth) if depth else map(fn, items)
 
     def _prefilled(self, group) -> Iterator[tuple[int, SequenceSample]]:
         with torch.no_grad():

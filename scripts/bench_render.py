@@ -1,0 +1,111 @@
+"""The host's rendering work per training sample, and how much of it `splitserve.target.ahead`
+takes off a target worker's critical path.
+
+    python scripts/bench_render.py --out docs/bench/render_cpu.json [--samples 500] [--wait-ms 4]
+
+On the embedded SmolLM2's tokenizer and GSM8K training conversations (question, answer), per
+sample: `render_with_loss_mask` (what a teacher-forced target renders), `prompt_ids` (what a
+regenerating one renders) and one whole render (`apply_chat_template`: the unit of both; the loss
+mask rendered three of them before this script's session, two since).
+
+Then the static backend's teacher-forced loop shape: render a sample, then wait `--wait-ms` with
+the GIL released (time.sleep, standing in for the device and the sends: a stand-in, not a GPU
+measurement), inline and with the rendering done `ahead`. Inline costs render + wait a sample;
+ahead, about the larger of the two.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+import torch
+from benchlib import write_report
+from transformers import AutoTokenizer
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout, installed or not
+from serving import cli  # noqa: E402
+from splitserve.data import default_path, read_gsm8k  # noqa: E402
+from splitserve.target.ahead import ahead  # noqa: E402
+from splitserve.target.chat import prompt_ids, render_with_loss_mask  # noqa: E402
+from splitserve.target.embedded import ensure_smollm2  # noqa: E402
+
+
+def cpu_model() -> str:
+    """This machine's CPU, from /proc/cpuinfo where there is one."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def per_sample_ms(fn, items) -> float:
+    fn(items[0])  # warm-up (template compilation)
+    t0 = time.perf_counter()
+    for x in items:
+        fn(x)
+    return (time.perf_counter() - t0) * 1e3 / len(items)
+
+
+def loop_ms(render, items, wait_s: float, depth: int) -> float:
+    """Wall time per sample of render-then-wait, rendered inline (depth 0) or ahead."""
+    source = ahead(render, items, depth) if depth else map(render, items)
+    t0 = time.perf_counter()
+    for _ in source:
+        time.sleep(wait_s)
+    return (time.perf_counter() - t0) * 1e3 / len(items)
+
+
+def build_parser():
+    ap = argparse.ArgumentParser(
+        prog="python scripts/bench_render.py",
+        description=__doc__.split("\n")[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    ap.add_argument("--out", type=Path, required=True, help="JSON report")
+    ap.add_argument("--samples", type=cli.POSITIVE, default=500, help="GSM8K conversations")
+    ap.add_argument(
+        "--wait-ms", type=cli.float_in(0.0), default=4.0, help="stand-in wait a sample, ms"
+    )
+    ap.add_argument("--depth", type=cli.POSITIVE, default=64, help="samples rendered ahead")
+    return ap
+
+
+def main(argv=None) -> int:
+    ap = build_parser()
+    args = ap.parse_args(argv)
+    torch.set_num_threads(1)
+    tokenizer = AutoTokenizer.from_pretrained(ensure_smollm2())
+    conversations = read_gsm8k(default_path("gsm8k"), args.samples)
+    prompts = [c[:1] for c in conversations]
+    render = lambda c: render_with_loss_mask(tokenizer, c)  # noqa: E731
+    tokens = sum(render(c)[0].numel() for c in conversations) / len(conversations)
+    whole = per_sample_ms(lambda c: tokenizer.apply_chat_template(c, tokenize=True), conversations)
+    report = {
+        "command": cli.command_line(ap, argv),
+        "cpu": cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "python": platform.python_version(),
+        "samples": len(conversations),
+        "tokens_per_sample": round(tokens, 1),
+        "one_render_ms": round(whole, 3),
+        "render_with_loss_mask_ms": round(per_sample_ms(render, conversations), 3),
+        "prompt_ids_ms": round(per_sample_ms(lambda m: prompt_ids(tokenizer, m), prompts), 3),
+        "wait_ms": args.wait_ms,
+        "depth": args.depth,
+        "loop_inline_ms": round(loop_ms(render, conversations, args.wait_ms / 1e3, 0), 3),
+        "loop_ahead_ms": round(loop_ms(render, conversations, args.wait_ms / 1e3, args.depth), 3),
+    }
+    write_report(args.out, report)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
