@@ -93,7 +93,7 @@ def flex_variant(pos: torch.Tensor, w: int, e: int, hq: int, hk: int, device):
 
 def main() -> None:
     ap = argparse.ArgumentParser(
-        prog="python scripts/bench_attention.py", description=__doc__.split("\n\n")[0]
+        prog=cli.script_prog(__file__), description=__doc__.split("\n\n")[0]
     )
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--extents", default="256,512,1024,2048")

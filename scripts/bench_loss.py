@@ -61,9 +61,7 @@ def peak_mib(fn, device) -> float | None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(
-        prog="python scripts/bench_loss.py", description=__doc__.split("\n")[0]
-    )
+    ap = argparse.ArgumentParser(prog=cli.script_prog(__file__), description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True)
     ap.add_argument("--target-shape", default="smollm2_135m")
     ap.add_argument("--num-layers", type=int, default=3)

@@ -96,7 +96,7 @@ def run_backend(name: str, args, conversations, device) -> tuple[dict, list]:
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(
-        prog="python scripts/bench_regen.py",
+        prog=cli.script_prog(__file__),
         description=__doc__.split("\n")[0],
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )

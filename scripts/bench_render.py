@@ -65,7 +65,7 @@ def loop_ms(render, items, wait_s: float, depth: int) -> float:
 
 def build_parser():
     ap = argparse.ArgumentParser(
-        prog="python scripts/bench_render.py",
+        prog=cli.script_prog(__file__),
         description=__doc__.split("\n")[0],
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )

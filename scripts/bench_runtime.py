@@ -275,9 +275,7 @@ def goals(report: dict, compiled: dict | None = None) -> dict:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(
-        prog="python scripts/bench_runtime.py", description=__doc__.split("\n")[0]
-    )
+    ap = argparse.ArgumentParser(prog=cli.script_prog(__file__), description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True, type=Path)
     ap.add_argument("--context", type=int, default=512)
     ap.add_argument("--repeats", type=int, default=30)

@@ -66,7 +66,7 @@ def per_step_ms(dec, prompts, tokens: int, device) -> tuple[float, float]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(
-        prog="python scripts/bench_step.py",
+        prog=cli.script_prog(__file__),
         description=__doc__,
         formatter_class=argparse.RawTextHelpFormatter,
     )

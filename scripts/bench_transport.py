@@ -147,7 +147,7 @@ def run_form(args, form: str) -> dict:
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(
-        prog="python scripts/bench_transport.py",
+        prog=cli.script_prog(__file__),
         description=__doc__.split("\n")[0],
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )

@@ -88,7 +88,7 @@ def kernel_table(replay, device) -> dict:
 
 def main() -> int:
     ap = argparse.ArgumentParser(
-        prog="python scripts/profile_decode.py",
+        prog=cli.script_prog(__file__),
         description=__doc__,
         formatter_class=argparse.RawTextHelpFormatter,
     )

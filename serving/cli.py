@@ -8,6 +8,7 @@ import argparse
 import math
 import shlex
 import sys
+from pathlib import Path
 
 
 class _HelpWithDefaults(argparse.ArgumentDefaultsHelpFormatter):
@@ -29,6 +30,12 @@ def parser(module: str, description: str) -> argparse.ArgumentParser:
         description=description,
         formatter_class=_HelpWithDefaults,
     )
+
+
+def script_prog(path: str) -> str:
+    """The prog of a benchmark script's parser, from its own file (`python scripts/X.py`), so
+    the command its report records cannot drift from the script's name."""
+    return f"python scripts/{Path(path).name}"
 
 
 def command_line(ap: argparse.ArgumentParser, argv: list[str] | None) -> str:

@@ -24,11 +24,11 @@ def _env(w: Path, **extra) -> dict:
     return {**os.environ, "W": str(w), "PY": str(stub), **extra}
 
 
-def _chain(w: Path, abl: str) -> subprocess.Popen:
+def _chain(w: Path, abl: str, **env) -> subprocess.Popen:
     """`eval-ablate`'s chain over the runs under w, in the foreground of a child process."""
     return subprocess.Popen(
-        ["bash", str(SCRIPT), "eval-ablate-fg"], env=_env(w, ABL=abl), stdout=subprocess.PIPE,
-        text=True,
+        ["bash", str(SCRIPT), "eval-ablate-fg"], env=_env(w, ABL=abl, **env),
+        stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
 
 
@@ -120,10 +120,7 @@ def test_without_a_baseline_run_each_ablation_is_evaluated_as_it_ends(tmp_path):
     (w / "ablate/layers1/summary.json").write_text("{}")
     lane = subprocess.Popen(["sleep", "60"])  # the lane, now training layers2
     (w / "ablate/lane0.pid").write_text(str(lane.pid))
-    chain = subprocess.Popen(
-        ["bash", str(SCRIPT), "eval-ablate-fg"], env=_env(w, ABL="layers1 layers2", RUNS=""),
-        stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
+    chain = _chain(w, "layers1 layers2", RUNS="")
     try:
         _wait_for_evaluations(w, chain, 1)  # layers1's, while the lane still lives
         assert lane.poll() is None
