@@ -17,7 +17,6 @@ Writes JSON to --out.
 
 from __future__ import annotations
 
-import argparse
 import json
 import platform
 import sys
@@ -95,11 +94,7 @@ def run_backend(name: str, args, conversations, device) -> tuple[dict, list]:
 
 
 def main(argv=None) -> None:
-    p = argparse.ArgumentParser(
-        prog=cli.script_prog(__file__),
-        description=__doc__.split("\n")[0],
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
+    p = cli.script_parser(__file__, __doc__)
     p.add_argument("--out", required=True, help="JSON file to write")
     p.add_argument("--backends", default="hf,static", help="comma-separated backend names")
     p.add_argument("--samples", type=int, default=256, help="samples per backend")

@@ -16,7 +16,6 @@ ahead, about the larger of the two.
 
 from __future__ import annotations
 
-import argparse
 import os
 import platform
 import sys
@@ -64,11 +63,7 @@ def loop_ms(render, items, wait_s: float, depth: int) -> float:
 
 
 def build_parser():
-    ap = argparse.ArgumentParser(
-        prog=cli.script_prog(__file__),
-        description=__doc__.split("\n")[0],
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
+    ap = cli.script_parser(__file__, __doc__)
     ap.add_argument("--out", type=Path, required=True, help="JSON report")
     ap.add_argument("--samples", type=cli.POSITIVE, default=500, help="GSM8K conversations")
     ap.add_argument(

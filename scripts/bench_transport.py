@@ -17,7 +17,6 @@ measures the transport's bookkeeping, not its bandwidth. Writes JSON to --out.
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import json
 import os
@@ -146,11 +145,7 @@ def run_form(args, form: str) -> dict:
 
 
 def main(argv=None) -> None:
-    p = argparse.ArgumentParser(
-        prog=cli.script_prog(__file__),
-        description=__doc__.split("\n")[0],
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
+    p = cli.script_parser(__file__, __doc__)
     p.add_argument("--out", required=True, help="JSON file to write")
     p.add_argument("--samples", type=int, default=12000, help="samples the run takes")
     p.add_argument("--micro-batch", type=int, default=16, help="samples per step")

@@ -38,6 +38,16 @@ def script_prog(path: str) -> str:
     return f"python scripts/{Path(path).name}"
 
 
+def script_parser(path: str, doc: str) -> argparse.ArgumentParser:
+    """A benchmark script's parser: its prog from its file (script_prog), its description the
+    first line of its docstring, defaults shown in --help."""
+    return argparse.ArgumentParser(
+        prog=script_prog(path),
+        description=doc.split("\n")[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+
+
 def command_line(ap: argparse.ArgumentParser, argv: list[str] | None) -> str:
     """The command that ran (the parser's prog, `python -m serving.X` or `python scripts/X.py`,
     and its flags, shell-quoted), for a report: its figures can then be reproduced from the

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import shutil
 import subprocess
@@ -170,6 +171,16 @@ def run_script(name: str, *args: str, timeout: int = 600) -> subprocess.Complete
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc
+
+
+def script_report(tmp_path: Path, name: str, *args: str) -> dict:
+    """scripts/<name> --out <tmp>/report.json ARGS run as a user runs it; its JSON report, after
+    checking that the report records exactly that command."""
+    out = tmp_path / "report.json"
+    run_script(name, "--out", str(out), *args)
+    report = json.loads(out.read_text())
+    assert report["command"] == f"python scripts/{name} --out {out} " + " ".join(args)
+    return report
 
 
 def run_sglang(site: Path, command: str, *args, timeout: int = 300) -> subprocess.CompletedProcess:

@@ -67,6 +67,39 @@ def test_rows_at_different_lengths_step_together():
         torch.testing.assert_close(logits[1, 0], model(b[None]).logits[0, -1])
 
 
+def test_a_fresh_prefill_equals_the_masked_one_and_feeds_the_steps_after_it():
+    """A right-padded prefill of new rows into scattered, previously used cache rows: the causal
+    path over the forward's own keys (`fresh=True`, what Regenerator.prefill runs) gives the
+    masked path's logits and states, each row equals transformers' forward over its own tokens,
+    and a decode step after it sees the keys it wrote."""
+    model = tiny(num_hidden_layers=3)
+    g = torch.Generator().manual_seed(4)
+    seqs = [torch.randint(0, 100, (n,), generator=g) for n in (7, 3, 5)]
+    rows = torch.tensor([3, 0, 2])
+    ids = torch.zeros((3, 7), dtype=torch.long)
+    for i, s in enumerate(seqs):
+        ids[i, : s.numel()] = s
+    pos = torch.arange(7).expand(3, 7)
+    nets = [StaticLlama(model, max_rows=4, max_len=12, capture_ids=[0, 2]) for _ in range(2)]
+    for net in nets:  # stale keys everywhere, as rows a finished regeneration left behind
+        net(torch.randint(0, 100, (4, 12), generator=g), torch.arange(12).expand(4, 12))
+    fresh = nets[0](ids, pos, rows=rows, fresh=True)
+    masked = nets[1](ids, pos, rows=rows)
+    for i, s in enumerate(seqs):
+        n = s.numel()
+        for a, b in zip(fresh, masked, strict=True):
+            torch.testing.assert_close(a[i, :n], b[i, :n])
+        with torch.no_grad():
+            ref = model(s[None], output_hidden_states=True)
+        torch.testing.assert_close(fresh[0][i, :n], ref.logits[0])
+        torch.testing.assert_close(fresh[1][i, :n, :32], ref.hidden_states[1][0])
+        # one step after the prefill, at each row's own next position
+        nxt = torch.randint(0, 100, (1,), generator=g)
+        step = nets[0](nxt[None], torch.tensor([[n]]), rows=rows[i : i + 1])[0]
+        with torch.no_grad():
+            torch.testing.assert_close(step[0, 0], model(torch.cat((s, nxt))[None]).logits[0, -1])
+
+
 def test_engine_attends_over_the_bucket_that_holds_its_positions():
     """A step attends over the smallest cache-length bucket that holds its positions: outputs
     equal the whole-cache engine's while the prompt and the verify blocks cross bucket borders,

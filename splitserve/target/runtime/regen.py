@@ -116,7 +116,8 @@ class Regenerator:
     def prefill(self, slots: list[int], prompts: list[torch.Tensor]) -> torch.Tensor:
         """One eager forward of the prompts into cache rows `slots`, right-padded to the longest
         (a padded position writes keys past its row's length, which the row's own decode steps
-        overwrite before any query can see them); stores their states and returns each prompt's
+        overwrite before any query can see them), attending causally over its own keys (the rows
+        are new: StaticLlama's `fresh`); stores their states and returns each prompt's
         last-position logits [len(slots), V]."""
         lens = [p.numel() for p in prompts]
         if max(lens) > self.max_len:
@@ -131,7 +132,7 @@ class Regenerator:
         pos = torch.arange(ids.shape[1], device=self.device).expand_as(ids)
         rows = torch.tensor(slots, device=self.device)
         last = torch.tensor(lens, device=self.device) - 1
-        logits, feats, final = self.net(ids, pos, rows=rows, logits_at=last)
+        logits, feats, final = self.net(ids, pos, rows=rows, logits_at=last, fresh=True)
         for i, (s, n) in enumerate(zip(slots, lens, strict=True)):
             if self.aux is not None:
                 self.aux[s, :n] = feats[i, :n]

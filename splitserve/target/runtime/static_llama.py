@@ -123,6 +123,7 @@ class StaticLlama(nn.Module):
         rows: torch.Tensor | None = None,
         logits_at: torch.Tensor | None = None,
         extent: int | None = None,
+        fresh: bool = False,
     ):
         """One step over ids [B, W] at positions [B, W] for cache rows row0..row0+B-1, or for
         the cache rows in `rows` [B] (any rows: a batched prefill of the slots being refilled).
@@ -130,7 +131,11 @@ class StaticLlama(nn.Module):
         needs; default every position. `extent`: attend over cache positions [0, extent) only
         (every position in `pos` must be below it); a step's attention then costs what its
         context needs, not the whole cache (the static engine graphs one step per extent
-        bucket). Default: the whole cache."""
+        bucket). Default: the whole cache. `fresh`: every row starts at position 0 here (a
+        prefill of new rows, right-padded; `pos` must be arange(W) in each row): attention is
+        causal over this call's own keys, which the cache then holds: no mask over the cache and
+        no gather of its rows (a group of 32 x 1,024 tokens: 40 against 59 ms on one H200,
+        docs/bench/runtime.md). The same results as the masked path, up to rounding."""
         b, w = ids.shape
         span = slice(row0, row0 + b)
         extent = self.max_len if extent is None else extent
@@ -138,13 +143,7 @@ class StaticLlama(nn.Module):
         captured = {-1: x} if -1 in self.capture_ids else {}
         cos, sin = self.rotary(x, pos)
         cos, sin = cos[:, :, None, :], sin[:, :, None, :]  # [B, W, 1, D]
-        # [B, 1, W, extent]
-        visible = self.key_pos[None, None, None, :extent] <= pos[:, None, :, None]
-        # as an additive mask, made once here: given the boolean one, SDPA converts it in every
-        # layer (docs/ablations/tau_h200.md, pass 12: 3.48 against 3.70 ms a speculative step)
-        bias = torch.zeros(visible.shape, dtype=x.dtype, device=x.device).masked_fill_(
-            ~visible, float("-inf")
-        )
+        bias = None if fresh else self._bias(pos, extent, x.dtype)
         batch = torch.arange(b, device=ids.device)[:, None]
         # the cache rows written: row0.. (a slice when read), or the scattered `rows`
         cache_rows = batch + row0 if rows is None else rows[:, None]
@@ -160,15 +159,18 @@ class StaticLlama(nn.Module):
             k_all, v_all = self.k_cache[i], self.v_cache[i]
             k_all[cache_rows, :, pos] = k  # per-row positions, as device tensors
             v_all[cache_rows, :, pos] = v
-            if rows is None:  # attend over views of the rows
-                k_cache, v_cache = k_all[span], v_all[span]
+            if fresh:  # a new row's keys are this call's: causal, no mask, no cache read
+                k_seen, v_seen = k.transpose(1, 2), v.transpose(1, 2)
+            elif rows is None:  # attend over views of the rows
+                k_seen, v_seen = k_all[span, :, :extent], v_all[span, :, :extent]
             else:  # scattered rows: over gathered copies
-                k_cache, v_cache = k_all[rows], v_all[rows]
+                k_seen, v_seen = k_all[rows, :, :extent], v_all[rows, :, :extent]
             attn = F.scaled_dot_product_attention(
                 q.transpose(1, 2),
-                k_cache[:, :, :extent],
-                v_cache[:, :, :extent],
+                k_seen,
+                v_seen,
                 attn_mask=bias,
+                is_causal=fresh,
                 enable_gqa=hq != hk,
             )
             x = x + F.linear(attn.transpose(1, 2).reshape(b, w, hq * d), p["o"], p["o_bias"])
@@ -183,6 +185,14 @@ class StaticLlama(nn.Module):
         )
         head_in = final if logits_at is None else final[batch[:, 0], logits_at][:, None]
         return F.linear(head_in, self.lm_head), feats, final
+
+    def _bias(self, pos: torch.Tensor, extent: int, dtype: torch.dtype) -> torch.Tensor:
+        """[B, 1, W, extent]: 0 where a query at `pos` sees a cache position, -inf elsewhere. As
+        an additive mask, made once a forward: given the boolean one, SDPA converts it in every
+        layer (docs/ablations/tau_h200.md, pass 12: 3.48 against 3.70 ms a speculative step)."""
+        visible = self.key_pos[None, None, None, :extent] <= pos[:, None, :, None]
+        zeros = torch.zeros(visible.shape, dtype=dtype, device=pos.device)
+        return zeros.masked_fill_(~visible, float("-inf"))
 
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
