@@ -11,17 +11,25 @@ attended over the whole cache (max_length + 1 keys) through an additive mask; a 
 are the forward's own, so it now attends causally over them (`StaticLlama.forward(fresh=True)`).
 
 Reported, on the embedded SmolLM2 and samples 0..N-1 of the training prompt stream (GSM8K, plus
-ShareGPT at the given weight) with the datasets' own answers, cut to --max-length:
-- per group, the median prefill (`Regenerator.prefill`, states stored) on each path, beside the
-  floor of its matrix products (2 x non-embedding parameters x padded tokens, at this device's
-  bf16 matmul rate measured here on one 8192^3 product);
-- the largest difference between the two paths' captured states (bf16 rounding: the kernels differ);
+ShareGPT at the given weight) with the datasets' own answers, cut to --max-length, each path on
+a backend of its own (three: fresh and masked rendering ahead, fresh inline):
+- per group, the median prefill (`Regenerator.prefill`, states stored) on each path, the two
+  paths alternating first from group to group, beside the floor of its weight products (2 x
+  non-embedding parameters x padded tokens, at this device's bf16 matmul rate measured here on
+  one 8192^3 product; attention's products left out);
+- the largest difference between the two paths' captured states (the first group's);
+- the kernels (or, on CPU, the operators) that took the most time in one group's prefill on
+  each path, from torch.profiler: which SDPA kernel each path ran;
 - the whole backend (`produce_batch`: render, prefill, copies) over all N samples, samples/s,
-  fresh with rendering ahead (the default), fresh inline (target.render_ahead=0), and masked.
+  --repeats rounds of masked ahead, fresh ahead (the default) and fresh inline
+  (target.render_ahead=0), the order rotated from round to round; the medians and every run.
+(Until 2026-12-02's second version the loops ran once each in one order and the group
+timings one path after the other: docs/bench/prefill_h200.json is that version's.)
 """
 
 from __future__ import annotations
 
+import json
 import platform
 import statistics
 import sys
@@ -64,21 +72,33 @@ def matmul_rate(device, dtype) -> float:
     return 2 * n**3 / statistics.median(times)
 
 
-def group_prefills(backend, groups, device) -> tuple[list[float], list]:
-    """Seconds of each group's prefill (the first group left out: warm-up) and the first
-    group's stored states (every row's, cut to its length)."""
-    engine = backend.engine
-    seconds, states = [], []
-    for k, group in enumerate(groups):
-        sync(device)
-        t0 = time.perf_counter()
-        engine.prefill(list(range(len(group))), group)
-        sync(device)
-        if k:
-            seconds.append(time.perf_counter() - t0)
-        else:
-            states = [engine.states(r, ids.numel()) for r, ids in enumerate(group)]
-    return seconds, states
+def prefill_s(backend, group, device) -> float:
+    """Seconds of one group's prefill into rows 0..len-1, states stored."""
+    sync(device)
+    t0 = time.perf_counter()
+    backend.engine.prefill(list(range(len(group))), group)
+    sync(device)
+    return time.perf_counter() - t0
+
+
+def top_kernels(backend, group, device, n: int = 8) -> list[dict]:
+    """The n kernels (CUDA) or operators (CPU) with the most self time in one group's prefill."""
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = device.type == "cuda"
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with profile(activities=activities) as prof:
+        prefill_s(backend, group, device)
+
+    def self_us(e) -> float:
+        if not cuda:
+            return e.self_cpu_time_total
+        return getattr(e, "self_device_time_total", None) or e.self_cuda_time_total
+
+    events = sorted(prof.key_averages(), key=self_us, reverse=True)[:n]
+    return [
+        {"name": e.key[:160], "self_us": round(self_us(e), 1), "calls": e.count} for e in events
+    ]
 
 
 def produce_all(backend, conversations, device) -> float:
@@ -99,6 +119,7 @@ def build_parser():
     ap.add_argument("--max-length", type=cli.POSITIVE, default=1024, help="data.max_length")
     ap.add_argument("--sharegpt", type=int, default=1, help="ShareGPT weight beside GSM8K's 1")
     ap.add_argument("--layer-ids", default="1,15,28", help="captured target layers")
+    ap.add_argument("--repeats", type=cli.POSITIVE, default=3, help="rounds of the three loops")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     return ap
 
@@ -123,31 +144,51 @@ def main(argv=None) -> int:
         )  # fmt: skip
         return make_backend(setup)
 
-    fast = backend(64)
+    backends = {"masked": backend(64), "fresh": backend(64), "inline": backend(0)}
+    masked(backends["masked"].engine.net)
+    model = backends["fresh"].model
     cut = args.max_length
-    rendered = [render_with_loss_mask(fast.tokenizer, c)[0][:cut] for c in conversations]
+    rendered = [
+        render_with_loss_mask(backends["fresh"].tokenizer, c)[0][:cut] for c in conversations
+    ]
     groups = [rendered[k : k + args.group] for k in range(0, len(rendered), args.group)]
     padded = sum(len(g) * max(x.numel() for x in g) for g in groups[1:])
     real = sum(x.numel() for g in groups[1:] for x in g)
-    net = fast.engine.net
-    inner = sum(
-        p.numel() for name, p in fast.model.named_parameters() if "embed" not in name
-    )  # every per-token product: the layers' (the LM head runs at one position a row)
+    # every per-token product: the layers' (the LM head runs at one position a row)
+    inner = sum(p.numel() for name, p in model.named_parameters() if "embed" not in name)
     rate = matmul_rate(device, dtype)
 
-    fresh_s, fresh_states = group_prefills(fast, groups, device)
-    masked(net)
-    masked_s, masked_states = group_prefills(fast, groups, device)
+    paths = ("fresh", "masked")
+    seconds: dict[str, list[float]] = {path: [] for path in paths}
+    states = {}
+    for k, group in enumerate(groups):  # the first group a warm-up for both
+        for path in paths if k % 2 else paths[::-1]:
+            t = prefill_s(backends[path], group, device)
+            if k:
+                seconds[path].append(t)
+            else:
+                engine = backends[path].engine
+                states[path] = [engine.states(r, ids.numel()) for r, ids in enumerate(group)]
     differences = [
         (a - b).abs().max().item() / max(b.abs().max().item(), 1e-30)
-        for fa, ma in zip(fresh_states, masked_states, strict=True)
+        for fa, ma in zip(states["fresh"], states["masked"], strict=True)
         for a, b in zip(fa, ma, strict=True)
         if a is not None
     ]
-    masked_wall = produce_all(fast, conversations, device)
-    del fast, net
-    fresh_wall = produce_all(backend(64), conversations, device)
-    inline_wall = produce_all(backend(0), conversations, device)
+    kernels = {path: top_kernels(backends[path], groups[1], device) for path in paths}
+
+    loops = ["masked", "fresh", "inline"]
+    runs = []
+    for r in range(args.repeats):
+        for name in loops[r % 3 :] + loops[: r % 3]:
+            wall = produce_all(backends[name], conversations, device)
+            runs.append(
+                {"round": r, "loop": name, "samples_per_s": round(len(conversations) / wall, 1)}
+            )
+            print(json.dumps(runs[-1]), flush=True)
+
+    def loop_rate(name: str) -> float:
+        return statistics.median(x["samples_per_s"] for x in runs if x["loop"] == name)
 
     n = len(groups) - 1
     floor_ms = 1e3 * 2 * inner * padded / n / rate
@@ -164,12 +205,14 @@ def main(argv=None) -> int:
         "padded_tokens_per_group": round(padded / n, 1),
         "matmul_tflops": round(rate / 1e12, 1),
         "prefill_floor_ms": round(floor_ms, 3),
-        "prefill_fresh_ms": round(1e3 * statistics.median(fresh_s), 3),
-        "prefill_masked_ms": round(1e3 * statistics.median(masked_s), 3),
+        "prefill_fresh_ms": round(1e3 * statistics.median(seconds["fresh"]), 3),
+        "prefill_masked_ms": round(1e3 * statistics.median(seconds["masked"]), 3),
         "states_max_rel_difference": max(differences),
-        "produce_fresh_ahead_samples_per_s": round(len(conversations) / fresh_wall, 1),
-        "produce_fresh_inline_samples_per_s": round(len(conversations) / inline_wall, 1),
-        "produce_masked_ahead_samples_per_s": round(len(conversations) / masked_wall, 1),
+        "top_kernels": kernels,
+        "produce_fresh_ahead_samples_per_s": loop_rate("fresh"),
+        "produce_fresh_inline_samples_per_s": loop_rate("inline"),
+        "produce_masked_ahead_samples_per_s": loop_rate("masked"),
+        "produce_runs": runs,
     }
     write_report(args.out, report)
     return 0

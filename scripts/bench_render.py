@@ -55,7 +55,7 @@ def per_sample_ms(fn, items) -> float:
 
 def loop_ms(render, items, wait_s: float, depth: int) -> float:
     """Wall time per sample of render-then-wait, rendered inline (depth 0) or ahead."""
-    source = ahead(render, items, depth) if depth else map(render, items)
+    source = ahead(render, items, depth)
     t0 = time.perf_counter()
     for _ in source:
         time.sleep(wait_s)

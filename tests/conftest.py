@@ -179,7 +179,7 @@ def script_report(tmp_path: Path, name: str, *args: str) -> dict:
     out = tmp_path / "report.json"
     run_script(name, "--out", str(out), *args)
     report = json.loads(out.read_text())
-    assert report["command"] == f"python scripts/{name} --out {out} " + " ".join(args)
+    assert report["command"] == " ".join([f"python scripts/{name}", "--out", str(out), *args])
     return report
 
 

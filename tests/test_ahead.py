@@ -89,6 +89,14 @@ def test_closing_early_stops_the_thread():
     assert src.read == read <= 6
 
 
-def test_depth_must_be_positive():
-    with pytest.raises(ValueError, match="depth=0"):
-        ahead(lambda x: x, [1], depth=0)  # at the call, not at the first item
+def test_depth_zero_is_inline_and_a_negative_one_is_refused():
+    """Depth 0 computes each result in the caller's thread when it is asked for: no thread, and
+    nothing read ahead of the caller."""
+    src = Source(100)
+    before = renderers()
+    it = ahead(lambda x: (x, threading.current_thread()), src, depth=0)
+    assert next(it) == (0, threading.current_thread()) and src.read == 1
+    assert renderers() == before
+    assert [x for x, _ in it] == list(range(1, 100))
+    with pytest.raises(ValueError, match="depth=-1"):
+        ahead(lambda x: x, [1], depth=-1)  # at the call, not at the first item

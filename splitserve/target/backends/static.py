@@ -147,8 +147,7 @@ class StaticTarget(TargetBackend):
         refill groups of a 512-slot regeneration, by default), or inline at 0. The thread uses
         the tokenizer beside the worker's own thread: safe while neither changes its truncation
         or padding settings (nothing here does)."""
-        depth = self.cfg.render_ahead
-        return ahead(fn, items, depth) if depth else map(fn, items)
+        return ahead(fn, items, self.cfg.render_ahead)
 
     def _prefilled(self, group) -> Iterator[tuple[int, SequenceSample]]:
         with torch.no_grad():
