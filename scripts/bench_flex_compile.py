@@ -11,7 +11,6 @@ costs before the first training step and whether a new shape compiles again.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -22,6 +21,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from draft_models.packed_attention import AttentionPlan, TokenIndex  # noqa: E402
+from serving import cli  # noqa: E402
 
 
 def packed_batch(g: torch.Generator, device, seqs=16, anchors=96, block=8):
@@ -43,11 +43,7 @@ def packed_batch(g: torch.Generator, device, seqs=16, anchors=96, block=8):
 
 
 def main(argv=None) -> None:
-    p = argparse.ArgumentParser(
-        prog="python scripts/bench_flex_compile.py",
-        description=__doc__.split("\n")[0],
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
+    p = cli.script_parser(__file__, __doc__)
     p.add_argument("--out", required=True, help="JSON file to write")
     p.add_argument("--batches", type=int, default=5, help="batches, each of a new shape")
     args = p.parse_args(argv)

@@ -16,7 +16,6 @@ Random weights and random target states: this measures cost, not quality.
 
 from __future__ import annotations
 
-import argparse
 import json
 import platform
 import sys
@@ -61,7 +60,7 @@ def peak_mib(fn, device) -> float | None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(prog=cli.script_prog(__file__), description=__doc__.split("\n")[0])
+    ap = cli.script_parser(__file__, __doc__)
     ap.add_argument("--out", required=True)
     ap.add_argument("--target-shape", default="smollm2_135m")
     ap.add_argument("--num-layers", type=int, default=3)

@@ -28,7 +28,6 @@ Measured in one run (bf16 on a GPU, fp32 on CPU; medians of timed repeats after 
 
 from __future__ import annotations
 
-import argparse
 import json
 import platform
 import sys
@@ -275,7 +274,7 @@ def goals(report: dict, compiled: dict | None = None) -> dict:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(prog=cli.script_prog(__file__), description=__doc__.split("\n")[0])
+    ap = cli.script_parser(__file__, __doc__)
     ap.add_argument("--out", required=True, type=Path)
     ap.add_argument("--context", type=int, default=512)
     ap.add_argument("--repeats", type=int, default=30)

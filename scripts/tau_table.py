@@ -25,6 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout, installed or not
 
+from serving import cli  # noqa: E402
 from serving.intervals import Parts, item_parts, paired_bootstrap  # noqa: E402
 
 DRAFTS = ("dspark", "dflash", "eagle3")
@@ -231,7 +232,7 @@ def goals(out: dict, results: Path | None = None) -> dict:
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(prog="python scripts/tau_table.py", description=__doc__)
+    ap = argparse.ArgumentParser(prog=cli.script_prog(__file__), description=__doc__)
     ap.add_argument("--results", type=Path, required=True)
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--budget", type=int, required=True, help="training samples per draft")
