@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 
 import torch
-from benchlib import sync, write_report
+from benchlib import sync, timed, write_report
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout, installed or not
 from bench_regen import prompt_conversations  # noqa: E402  (scripts/)
@@ -61,15 +61,7 @@ def matmul_rate(device, dtype) -> float:
     n = 8192 if device.type == "cuda" else 512
     a = torch.randn(n, n, device=device, dtype=dtype)
     b = torch.randn(n, n, device=device, dtype=dtype)
-    times = []
-    for i in range(7):
-        sync(device)
-        t0 = time.perf_counter()
-        a @ b
-        sync(device)
-        if i >= 2:
-            times.append(time.perf_counter() - t0)
-    return 2 * n**3 / statistics.median(times)
+    return 2 * n**3 / timed(lambda: a @ b, 5, device)
 
 
 def prefill_s(backend, group, device) -> float:
@@ -132,12 +124,12 @@ def main(argv=None) -> int:
     device = torch.device(args.device)
     dtype = resolve_dtype("auto", device)
     conversations = prompt_conversations(args.samples, args.sharegpt)
+    layer_ids = [int(x) for x in args.layer_ids.split(",")]
 
     def backend(render_ahead: int):
         cfg = TargetConfig(
             backend="static", regenerate=False, generate_batch=args.group, render_ahead=render_ahead
         )
-        layer_ids = [int(x) for x in args.layer_ids.split(",")]
         setup = TargetSetup(
             ensure_smollm2(), cfg, layer_ids, device, seed=0,
             max_length=args.max_length, max_prompt_tokens=args.max_length,

@@ -1,18 +1,13 @@
 """scripts/bench_attention.py on CPU: every variant it times computes the runtime's masked GQA
 attention (a variant that computed something else would make its timing meaningless)."""
 
-import json
-
-from conftest import run_script
+from conftest import script_report
 
 
 def test_every_timed_attention_variant_equals_the_reference(tmp_path):
-    out = tmp_path / "attention.json"
-    args = ["--out", str(out), "--extents", "32,64", "--widths", "1,5", "--layers", "2"]
+    args = ["--extents", "32,64", "--widths", "1,5", "--layers", "2"]
     args += ["--heads", "6", "--kv-heads", "2", "--head-dim", "16"]
-    run_script("bench_attention.py", *args)
-    report = json.loads(out.read_text())
-    assert report["command"] == "python scripts/bench_attention.py " + " ".join(args)
+    report = script_report(tmp_path, "bench_attention.py", *args)  # its exact command checked
     rows = report["rows"]
     timed = [r for r in rows if "error" not in r]
     # on CPU SDPA has only its math kernel: the forced fused backends refuse, and say so

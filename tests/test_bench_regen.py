@@ -3,18 +3,13 @@ every sample (target.produce_window=0, its default) is benchmarked whole. Before
 the samples into windows of `backend.window` and a window of 0 stopped it at once (seen on an
 H200)."""
 
-import json
-
-from conftest import run_script
+from conftest import script_report
 
 
 def test_the_static_backend_regenerates_every_sample_in_one_stream(tmp_path):
-    out = tmp_path / "regen.json"
-    args = ["--out", str(out), "--backends", "static", "--samples", "3", "--slots", "2"]
+    args = ["--backends", "static", "--samples", "3", "--slots", "2"]
     args += ["--max-new-tokens", "4", "--max-length", "256", "--sharegpt", "0", "--device", "cpu"]
-    run_script("bench_regen.py", *args)
-    report = json.loads(out.read_text())
-    assert report["command"] == "python scripts/bench_regen.py " + " ".join(args)
+    report = script_report(tmp_path, "bench_regen.py", *args)  # its exact command checked
     (row,) = report["rows"]
     assert row["backend"] == "static" and row["window"] == 3  # one stream over the 3 samples
     assert 3 <= row["new_tokens"] <= 12  # up to 4 new tokens each
