@@ -23,8 +23,9 @@ a backend of its own (three: fresh and masked rendering ahead, fresh inline):
 - the whole backend (`produce_batch`: render, prefill, copies) over all N samples, samples/s,
   --repeats rounds of masked ahead, fresh ahead (the default) and fresh inline
   (target.render_ahead=0), the order rotated from round to round; the medians and every run.
-(Until 2026-12-02's second version the loops ran once each in one order and the group
-timings one path after the other: docs/bench/prefill_h200.json is that version's.)
+(The first version ran the loops once each in one order and the group timings one path after
+the other: docs/ablations/tau_h200_pass15/prefill_h200.json. docs/bench/prefill_h200.json is
+this version's, but for its kernel list, which then also held the operators that launched them.)
 """
 
 from __future__ import annotations
@@ -75,6 +76,7 @@ def prefill_s(backend, group, device) -> float:
 
 def top_kernels(backend, group, device, n: int = 8) -> list[dict]:
     """The n kernels (CUDA) or operators (CPU) with the most self time in one group's prefill."""
+    from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
     cuda = device.type == "cuda"
@@ -83,11 +85,12 @@ def top_kernels(backend, group, device, n: int = 8) -> list[dict]:
         prefill_s(backend, group, device)
 
     def self_us(e) -> float:
-        if not cuda:
-            return e.self_cpu_time_total
-        return getattr(e, "self_device_time_total", None) or e.self_cuda_time_total
+        return e.self_device_time_total if cuda else e.self_cpu_time_total
 
-    events = sorted(prof.key_averages(), key=self_us, reverse=True)[:n]
+    events = list(prof.key_averages())
+    if cuda:  # kernels only: an operator's device time repeats its kernels' (2026-12-02's run)
+        events = [e for e in events if e.device_type == DeviceType.CUDA] or events
+    events = sorted(events, key=self_us, reverse=True)[:n]
     return [
         {"name": e.key[:160], "self_us": round(self_us(e), 1), "calls": e.count} for e in events
     ]

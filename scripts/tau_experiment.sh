@@ -194,7 +194,8 @@ regen)  # in the background: `wait regen S` polls it
       exit 0
     fi
     # short for this budget: extend it from its last sample id on (the static backend is
-    # batch-invariant, so the result is the file a whole regeneration writes)
+    # batch-invariant, so the result is the file a whole regeneration writes, up to bf16's
+    # rounding of near-ties: splitserve/regenerate.py)
     last=$(tail -n 1 "$W/regen.jsonl" | { grep -o '"g": [0-9]*' || true; } | tail -n 1 | cut -d' ' -f2)
     [ -n "$last" ] || { echo "error: the last line of $W/regen.jsonl has no sample id g"; exit 1; }
     REGEN_START=$((last + 1))
@@ -333,7 +334,9 @@ eval-ablate)
   detach eval-ablate/chain eval-ablate-fg
   echo "started: the baseline's and every ablation's evaluation, one after another"
   ;;
-eval-ablate-fg)  # `eval-ablate`'s chain, each over ABL_PROCS processes, in ABL's order: a
+eval-ablate-fg)  # `eval-ablate`'s chain, each over ABL_PROCS processes, in the order the
+  # lanes train them (ABLATIONS', whatever ABL's: pass 16's ABL put mla first, which trained
+  # last, and the chain waited for it before evaluating the two runs that had ended): a
   # run still training is waited for, even when its lane is gone (its evaluation then runs
   # beside the next run's training, on the same GPU); a run that ended without a summary
   # (failed), or that no lane will start, is skipped
@@ -350,7 +353,7 @@ eval-ablate-fg)  # `eval-ablate`'s chain, each over ABL_PROCS processes, in ABL'
   # the baseline first, when this pipeline trains it (RUNS="": an earlier pass's, BASE)
   chain=()
   [[ " $RUNS " != *" dspark "* ]] || chain+=("$W/runs/dspark")
-  for n in $ABL; do chain+=("$W/ablate/$n"); done
+  for n in $(jobs_of ablate | cut -d'|' -f1); do chain+=("$W/ablate/$n"); done
   for run in "${chain[@]}"; do
     # a run's own process is what is waited for: pass 14 stopped the lane (so that no further
     # run would start) while layers1 trained, and its evaluation was skipped

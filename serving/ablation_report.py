@@ -101,8 +101,18 @@ def _fmt(x, spec=".2f") -> str:
     return "" if x is None else format(x, spec)
 
 
+def common_overrides(rows: list[dict]) -> list[str]:
+    """The overrides every job shares; the rest of each job's are what the table and the plot
+    name it by."""
+    return [o for o in rows[0]["overrides"] if all(o in r["overrides"] for r in rows)]
+
+
+def varied(row: dict, common: list[str]) -> str:
+    return " ".join(o for o in row["overrides"] if o not in common) or "(defaults)"
+
+
 def markdown(rows: list[dict], benches: list[str], temperature: float) -> str:
-    common = [o for o in rows[0]["overrides"] if all(o in r["overrides"] for r in rows)]
+    common = common_overrides(rows)
     head = [
         "job",
         "varied overrides",
@@ -127,10 +137,9 @@ def markdown(rows: list[dict], benches: list[str], temperature: float) -> str:
             for e in r["evals"].values()
             if e.get("draft_step_ms") is not None
         ]
-        varied = [o for o in r["overrides"] if o not in common]
         cells = [
             "/".join(Path(r["job"]).parts[-2:]),
-            " ".join(varied) or "(defaults)",
+            varied(r, common),
             r["step"],
             "" if r["params"] is None else f"{r['params']:,}",
             _fmt(sum(latency) / len(latency) if latency else None),
@@ -162,31 +171,36 @@ def _difference(row: dict, base: dict, bench: str) -> str:
     return f"{d:+.2f} ({lo:+.2f}, {hi:+.2f})"
 
 
-def plot(rows: list[dict], benches: list[str], path: Path, title: str) -> None:
+def plot(rows: list[dict], benches: list[str], path: Path, title: str) -> list[str]:
+    """tau by job and benchmark as bars, each job labelled by its varied overrides (one a line,
+    as in the table: the values of every override made labels too long to read); returns the
+    labels."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    common = common_overrides(rows)
+    labels = [varied(r, common).replace(" ", "\n") for r in rows]
     fig, ax = plt.subplots(figsize=(max(5, 1.6 * len(rows)), 4))
     width = 0.8 / max(1, len(benches))
+    top = 0.0
     for i, b in enumerate(benches):
         xs = [j + i * width for j in range(len(rows))]
         ys = [r["evals"][b]["tau"] if b in r["evals"] else 0.0 for r in rows]
         ax.bar(xs, ys, width, label=b)
+        top = max([top, *ys])
     ax.set_xticks([j + width * (len(benches) - 1) / 2 for j in range(len(rows))])
-    ax.set_xticklabels(
-        [" ".join(o.split("=")[-1] for o in r["overrides"]) or "defaults" for r in rows],
-        fontsize=8,
-        rotation=15,
-    )
+    ax.set_xticklabels(labels, fontsize=8)
+    ax.set_ylim(0, 1.2 * top or 1.0)  # room above the bars for the legend
     ax.set_ylabel("tau (tokens per step)")
     ax.set_title(title, fontsize=9)
-    ax.legend()
+    ax.legend(loc="upper left", ncol=max(1, len(benches)), fontsize=8)
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+    return labels
 
 
 def jobs_of(sweep: Path) -> list[Path]:

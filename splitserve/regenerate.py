@@ -7,7 +7,9 @@ most of a target's work. A file written here trains any number of drafts with
 `data.sources=[{kind: jsonl_chat, path: FILE}] target.regenerate=false`: the target then only
 prefills each sample to capture its hidden states. Line g holds the sample an online run with the
 same overrides regenerates as sample g (same prompt, sampling setting g mod len(settings), same
-seed; exactly so for batch-invariant backends such as `static`; the `hf` backend seeds a window
+seed; exactly so in fp32 for batch-invariant backends such as `static`, while in bf16 on a GPU
+a near-tie can round differently: three H200 regenerations of one recipe and seed, on three
+machines, gave three files (docs/ablations/tau_h200.md, pass 16); the `hf` backend seeds a window
 of samples together, so its sampled answers differ from an online run's); its answer passes
 through text once (decoded here, tokenized again by the chat template when training), and an
 answer cut at its token budget ends with the template's end-of-turn like any other (each line
@@ -19,10 +21,11 @@ hold; trained whole, the draft would see a context the answer was not made from)
 empty as text (the target ended at once; a jsonl_chat reader refuses them).
 
 `--start S` writes samples S..N-1 only: with a batch-invariant backend, a file of samples
-0..S-1 merged with it is the file `--samples N` writes (a budget extended without regenerating
-what exists). `--shard K/M` writes samples g = K, K + M, ... (one process per GPU); merge the
-files by `g` (lines are in g order within each file, so the last lines, which training holds
-out, are the highest ids, not the answers that took longest). The file is written as
+0..S-1 merged with it is the file `--samples N` writes, up to bf16's rounding as above (a
+budget extended without regenerating what exists). `--shard K/M` writes samples g = K, K + M,
+... (one process per GPU); merge the files by `g` (lines are in g order within each file, so
+the last lines, which training holds out, are the highest ids, not the answers that took
+longest). The file is written as
 FILE.partial and renamed when complete; an existing FILE is never overwritten.
 """
 

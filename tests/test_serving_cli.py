@@ -429,6 +429,20 @@ def test_the_acceptance_plot_marks_unreached_positions(tmp_path):
     assert (tmp_path / "a.png").read_bytes()[:4] == b"\x89PNG"
 
 
+def test_the_ablation_plot_names_each_job_by_its_varied_overrides(tmp_path):
+    # its labels once joined every override's value (pass 16's plots: unreadable)
+    from serving.ablation_report import plot
+
+    shared = ["+recipe=smol_gpu", "train.steps=1875"]
+    rows = [
+        {"overrides": shared, "evals": {"gsm8k": {"tau": 2.24}}},
+        {"overrides": [*shared, "draft.rope=partial", "draft.num_layers=2"], "evals": {}},
+    ]
+    labels = plot(rows, ["gsm8k"], tmp_path / "p.png", "t")
+    assert labels == ["(defaults)", "draft.rope=partial\ndraft.num_layers=2"]
+    assert (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG"
+
+
 def test_evaluate_over_processes_adds_up_to_one_process(dspark_ckpt, tmp_path, capsys):
     """--procs 2 splits the items between two decoding processes; their sums make the same report
     (tau, acceptance, tokens) as one process; --no-baseline skips target-only decoding."""

@@ -134,6 +134,28 @@ def test_without_a_baseline_run_each_ablation_is_evaluated_as_it_ends(tmp_path):
     assert _evaluated(w) == [str(w / "ablate/layers1"), str(w / "ablate/layers2")]
 
 
+def test_eval_ablate_follows_the_training_order_not_abl_s(tmp_path):
+    # pass 16: ABL="mla rope_partial" trains rope_partial first (the ablations' own order); its
+    # evaluation must not wait for mla, still training
+    w = tmp_path
+    for run in ("ablate/rope_partial", "ablate/mla", "eval-ablate"):
+        (w / run).mkdir(parents=True)
+    (w / "ablate/rope_partial/summary.json").write_text("{}")
+    lane = subprocess.Popen(["sleep", "60"])  # the lane, now training mla
+    (w / "ablate/lane0.pid").write_text(str(lane.pid))
+    chain = _chain(w, "mla rope_partial", RUNS="")
+    try:
+        _wait_for_evaluations(w, chain, 1)  # rope_partial's, while mla trains
+        (w / "ablate/mla/summary.json").write_text("{}")
+        lane.kill()
+        lane.wait()
+        chain.communicate(timeout=30)
+    finally:
+        lane.kill()
+        chain.kill()
+    assert _evaluated(w) == [str(w / "ablate/rope_partial"), str(w / "ablate/mla")]
+
+
 def test_report_ablate_reports_the_axes_that_ran(tmp_path):
     w = tmp_path
     for run in ("runs/dspark", "ablate/layers1", "ablate/mla"):

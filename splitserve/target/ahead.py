@@ -6,8 +6,8 @@ then waits for its GPU and for the sends to its trainer. Rendering in the same t
 the target's critical path, and on one H200 the target, not the trainer, set the pace of training
 (docs/ablations/tau_h200.md, pass 14). Those waits release the GIL, so a thread that renders the
 next samples meanwhile takes the rendering off that path: on one H200 a teacher-forced worker's
-loop ran 63.7 samples/s inline and 124.7 ahead (one run each, inline last, so order and warm-up
-are in the gap too: docs/bench/prefill_h200.json).
+loop ran 72.75 samples/s inline and 89.05 ahead (medians of two rounds in rotated order:
+docs/bench/prefill_h200.json).
 """
 
 from __future__ import annotations
