@@ -11,7 +11,8 @@ count, draft step latency, the simulated tau of training's last evaluation up to
 per benchmark, and each job's tau minus the first job's with a 95 % paired-bootstrap interval
 over items (where the reports carry `per_item`). A job without an evaluation is listed with empty
 tau cells, never dropped. Results copied without their weights (no complete checkpoint, but
-evaluations) are reported too, without the parameter count.
+evaluations) are reported too, with the parameter count their summary.json recorded (runs
+since 2026-12-02; none for older ones).
 """
 
 from __future__ import annotations
@@ -20,8 +21,6 @@ import gzip
 import json
 import sys
 from pathlib import Path
-
-from safetensors import safe_open
 
 from splitserve import checkpoint
 
@@ -36,17 +35,13 @@ BOOKKEEPING = (
 )
 
 
-def _param_count(ckpt: Path) -> int:
-    """Draft parameters, from the weight files' headers (one file or its shards)."""
-    total = 0
-    for name in checkpoint.tensor_files(ckpt / "draft"):
-        with safe_open(str(ckpt / "draft" / name), "pt") as f:
-            for key in f.keys():
-                n = 1
-                for d in f.get_slice(key).get_shape():
-                    n *= d
-                total += n
-    return total
+def _param_count(job: Path, checkpoints: list[Path]) -> int | None:
+    """Draft parameters: from the last checkpoint's weight headers, or, for results copied
+    without weights, from the run's summary.json (runs since 2026-12-02's session 20)."""
+    if checkpoints:
+        return checkpoint.param_count(checkpoints[-1] / "draft")
+    summary = job / "summary.json"
+    return json.loads(summary.read_text()).get("draft_params") if summary.is_file() else None
 
 
 def _metrics_lines(job: Path) -> list[str]:
@@ -90,7 +85,7 @@ def read_job(job: Path, temperature: float) -> dict:
         "job": str(job),
         "overrides": overrides,
         # results copied off the machine without weights: the evaluations are still read
-        "params": _param_count(checkpoints[-1]) if checkpoints else None,
+        "params": _param_count(job, checkpoints),
         "step": step,
         "sim_tau": sim_tau,
         "evals": evals,

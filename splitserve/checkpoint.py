@@ -101,6 +101,22 @@ def tensor_files(directory: Path) -> list[str]:
     return [n for n in weight_files(directory) if n != Path(DRAFT_INDEX).name]
 
 
+def param_count(directory: Path) -> int:
+    """Parameters of the weights in `directory` (one file or its shards), from the files'
+    headers: no tensor is read."""
+    from safetensors import safe_open
+
+    total = 0
+    for name in tensor_files(directory):
+        with safe_open(str(directory / name), "pt") as f:
+            for key in f.keys():
+                n = 1
+                for d in f.get_slice(key).get_shape():
+                    n *= d
+                total += n
+    return total
+
+
 def load_weights(directory: Path) -> dict[str, torch.Tensor]:
     """Every tensor of `directory`'s weights (one file or its shards); ValueError naming a file
     that cannot be read."""

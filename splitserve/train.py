@@ -224,6 +224,8 @@ def summarize(run_dir: Path) -> dict:
     }
     checkpoints = ckpt.complete_checkpoints(run_dir)
     out["checkpoint"] = str(checkpoints[-1]) if checkpoints else None
+    # kept beside the results that are copied without weights (serving.ablation_report)
+    out["draft_params"] = ckpt.param_count(checkpoints[-1] / "draft") if checkpoints else None
     return out
 
 
