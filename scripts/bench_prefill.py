@@ -75,7 +75,8 @@ def prefill_s(backend, group, device) -> float:
 
 
 def top_kernels(backend, group, device, n: int = 8) -> list[dict]:
-    """The n kernels (CUDA) or operators (CPU) with the most self time in one group's prefill."""
+    """The n device events (CUDA: kernels, copies) or operators (CPU) with the most self time in
+    one group's prefill."""
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
@@ -88,8 +89,8 @@ def top_kernels(backend, group, device, n: int = 8) -> list[dict]:
         return e.self_device_time_total if cuda else e.self_cpu_time_total
 
     events = list(prof.key_averages())
-    if cuda:  # kernels only: an operator's device time repeats its kernels' (2026-12-02's run)
-        events = [e for e in events if e.device_type == DeviceType.CUDA] or events
+    if cuda:  # device events only (kernels, copies): an operator's device time repeats theirs
+        events = [e for e in events if e.device_type == DeviceType.CUDA]
     events = sorted(events, key=self_us, reverse=True)[:n]
     return [
         {"name": e.key[:160], "self_us": round(self_us(e), 1), "calls": e.count} for e in events

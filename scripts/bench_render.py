@@ -2,11 +2,15 @@
 takes off a target worker's critical path.
 
     python scripts/bench_render.py --out docs/bench/render_cpu.json [--samples 500] [--wait-ms 4]
+        [--source gsm8k|sharegpt] [--max-length 1024]
 
-On the embedded SmolLM2's tokenizer and GSM8K training conversations (question, answer), per
-sample: `render_with_loss_mask` (what a teacher-forced target renders), `prompt_ids` (what a
-regenerating one renders) and one whole render (`apply_chat_template`: the unit of both; the loss
-mask rendered three of them before this script's session, two since).
+On the embedded SmolLM2's tokenizer and the source's training conversations (GSM8K: question,
+answer; ShareGPT: multi-turn), per sample: `render_with_loss_mask` whole and cut to
+--max-length (what a teacher-forced target renders: `TargetBackend.teacher_forced`),
+`prompt_ids` of the turns before the first answer (what a regenerating one renders) and one
+whole render (`apply_chat_template`: the unit of all of them; the loss mask renders the
+conversation up to each answer twice, so a long multi-turn conversation costs far more than its
+cut).
 
 Then the static backend's teacher-forced loop shape: render a sample, then wait `--wait-ms` with
 the GIL released (time.sleep, standing in for the device and the sends: a stand-in, not a GPU
@@ -28,7 +32,7 @@ from transformers import AutoTokenizer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout, installed or not
 from serving import cli  # noqa: E402
-from splitserve.data import default_path, read_gsm8k  # noqa: E402
+from splitserve.data import default_path, prompt_turns, read_gsm8k, read_sharegpt  # noqa: E402
 from splitserve.target.ahead import ahead  # noqa: E402
 from splitserve.target.chat import prompt_ids, render_with_loss_mask  # noqa: E402
 from splitserve.target.embedded import ensure_smollm2  # noqa: E402
@@ -65,7 +69,11 @@ def loop_ms(render, items, wait_s: float, depth: int) -> float:
 def build_parser():
     ap = cli.script_parser(__file__, __doc__)
     ap.add_argument("--out", type=Path, required=True, help="JSON report")
-    ap.add_argument("--samples", type=cli.POSITIVE, default=500, help="GSM8K conversations")
+    ap.add_argument("--samples", type=cli.POSITIVE, default=500, help="conversations")
+    ap.add_argument("--source", choices=("gsm8k", "sharegpt"), default="gsm8k")
+    ap.add_argument(
+        "--max-length", type=cli.POSITIVE, default=1024, help="the cut (data.max_length)"
+    )
     ap.add_argument(
         "--wait-ms", type=cli.float_in(0.0), default=4.0, help="stand-in wait a sample, ms"
     )
@@ -78,20 +86,27 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     tokenizer = AutoTokenizer.from_pretrained(ensure_smollm2())
-    conversations = read_gsm8k(default_path("gsm8k"), args.samples)
-    prompts = [c[:1] for c in conversations]
-    render = lambda c: render_with_loss_mask(tokenizer, c)  # noqa: E731
-    tokens = sum(render(c)[0].numel() for c in conversations) / len(conversations)
+    read = read_gsm8k if args.source == "gsm8k" else read_sharegpt
+    conversations = read(default_path(args.source), args.samples)
+    prompts = [prompt_turns(c) for c in conversations]
+    render = lambda c: render_with_loss_mask(tokenizer, c, args.max_length)  # noqa: E731
+    uncut = lambda c: render_with_loss_mask(tokenizer, c)  # noqa: E731
+    tokens = sum(uncut(c)[0].numel() for c in conversations) / len(conversations)
+    kept = sum(render(c)[0].numel() for c in conversations) / len(conversations)
     whole = per_sample_ms(lambda c: tokenizer.apply_chat_template(c, tokenize=True), conversations)
     report = {
         "command": cli.command_line(ap, argv),
         "cpu": cpu_model(),
         "cpu_count": os.cpu_count(),
         "python": platform.python_version(),
+        "source": args.source,
         "samples": len(conversations),
         "tokens_per_sample": round(tokens, 1),
+        "max_length": args.max_length,
+        "tokens_per_sample_cut": round(kept, 1),
         "one_render_ms": round(whole, 3),
-        "render_with_loss_mask_ms": round(per_sample_ms(render, conversations), 3),
+        "render_with_loss_mask_ms": round(per_sample_ms(uncut, conversations), 3),
+        "render_with_loss_mask_cut_ms": round(per_sample_ms(render, conversations), 3),
         "prompt_ids_ms": round(per_sample_ms(lambda m: prompt_ids(tokenizer, m), prompts), 3),
         "wait_ms": args.wait_ms,
         "depth": args.depth,

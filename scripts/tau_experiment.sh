@@ -171,6 +171,14 @@ jobs_of() {  # runs | ablate: the group's runs, one "name|port|overrides" line e
   esac
 }
 
+check_abl() {  # every name in ABL is an ablation (jobs_of would drop an unknown one silently)
+  local name
+  for name in $ABL; do
+    [[ " ${ABLATIONS[*]%%:*} " == *" $name "* ]] ||
+      { echo "error: ABL: unknown ablation $name (allowed: ${ABLATIONS[*]%%:*})"; exit 1; }
+  done
+}
+
 start_lanes() {  # runs | ablate: one background lane per GPU that has runs (`lane`)
   local group=$1 n g
   mkdir -p "$W/$group"
@@ -194,8 +202,8 @@ regen)  # in the background: `wait regen S` polls it
       exit 0
     fi
     # short for this budget: extend it from its last sample id on (the static backend is
-    # batch-invariant, so the result is the file a whole regeneration writes, up to bf16's
-    # rounding of near-ties: splitserve/regenerate.py)
+    # batch-invariant, so the result is the file a whole regeneration writes; in bf16 on a
+    # GPU, not bit for bit: splitserve/regenerate.py)
     last=$(tail -n 1 "$W/regen.jsonl" | { grep -o '"g": [0-9]*' || true; } | tail -n 1 | cut -d' ' -f2)
     [ -n "$last" ] || { echo "error: the last line of $W/regen.jsonl has no sample id g"; exit 1; }
     REGEN_START=$((last + 1))
@@ -265,10 +273,7 @@ lane)  # group, GPU: the group's runs k = GPU, GPU + GPUS, ... one after another
 ablate)
   # the issue's DSpark ablations on the same file and budget, one axis changed per job; the
   # main DSpark run (runs/dspark: rope full, qwen3 attention, 3 layers, block 7) is the baseline
-  for name in $ABL; do
-    [[ " ${ABLATIONS[*]%%:*} " == *" $name "* ]] ||
-      { echo "error: ABL: unknown ablation $name (allowed: ${ABLATIONS[*]%%:*})"; exit 1; }
-  done
+  check_abl
   start_lanes ablate
   ;;
 wait)
@@ -330,6 +335,7 @@ eval-fg)  # `eval`'s chain: each main evaluation over all GPUs, then DSpark's bu
 eval-ablate)
   # every ablation job and the baseline, greedy, GSM8K and MT-Bench, into each run's own
   # eval/step-N-t0 (what serving.ablation_report reads)
+  check_abl
   mkdir -p "$W/eval-ablate"
   detach eval-ablate/chain eval-ablate-fg
   echo "started: the baseline's and every ablation's evaluation, one after another"

@@ -12,7 +12,7 @@ per benchmark, and each job's tau minus the first job's with a 95 % paired-boots
 over items (where the reports carry `per_item`). A job without an evaluation is listed with empty
 tau cells, never dropped. Results copied without their weights (no complete checkpoint, but
 evaluations) are reported too, with the parameter count their summary.json recorded (runs
-since 2026-12-02; none for older ones).
+trained since the change that added it, after docs/ablations' pass 16; none for older ones).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ BOOKKEEPING = (
 
 def _param_count(job: Path, checkpoints: list[Path]) -> int | None:
     """Draft parameters: from the last checkpoint's weight headers, or, for results copied
-    without weights, from the run's summary.json (runs since 2026-12-02's session 20)."""
+    without weights, from the run's summary.json (runs trained after docs/ablations' pass 16)."""
     if checkpoints:
         return checkpoint.param_count(checkpoints[-1] / "draft")
     summary = job / "summary.json"
@@ -102,8 +102,8 @@ def common_overrides(rows: list[dict]) -> list[str]:
     return [o for o in rows[0]["overrides"] if all(o in r["overrides"] for r in rows)]
 
 
-def varied(row: dict, common: list[str]) -> str:
-    return " ".join(o for o in row["overrides"] if o not in common) or "(defaults)"
+def varied(row: dict, common: list[str], sep: str = " ") -> str:
+    return sep.join(o for o in row["overrides"] if o not in common) or "(defaults)"
 
 
 def markdown(rows: list[dict], benches: list[str], temperature: float) -> str:
@@ -176,7 +176,7 @@ def plot(rows: list[dict], benches: list[str], path: Path, title: str) -> list[s
     import matplotlib.pyplot as plt
 
     common = common_overrides(rows)
-    labels = [varied(r, common).replace(" ", "\n") for r in rows]
+    labels = [varied(r, common, "\n") for r in rows]
     fig, ax = plt.subplots(figsize=(max(5, 1.6 * len(rows)), 4))
     width = 0.8 / max(1, len(benches))
     top = 0.0

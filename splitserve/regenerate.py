@@ -7,9 +7,10 @@ most of a target's work. A file written here trains any number of drafts with
 `data.sources=[{kind: jsonl_chat, path: FILE}] target.regenerate=false`: the target then only
 prefills each sample to capture its hidden states. Line g holds the sample an online run with the
 same overrides regenerates as sample g (same prompt, sampling setting g mod len(settings), same
-seed; exactly so in fp32 for batch-invariant backends such as `static`, while in bf16 on a GPU
-a near-tie can round differently: three H200 regenerations of one recipe and seed, on three
-machines, gave three files (docs/ablations/tau_h200.md, pass 16); the `hf` backend seeds a window
+seed; exactly so in fp32 for batch-invariant backends such as `static` (tested on CPU); in bf16
+on a GPU four regenerations of one recipe and seed, each on a fresh H200, gave four files
+(docs/ablations/tau_h200.md, pass 16; a near-tie rounded differently is the suspected cause,
+and one machine's repeatability is unchecked); the `hf` backend seeds a window
 of samples together, so its sampled answers differ from an online run's); its answer passes
 through text once (decoded here, tokenized again by the chat template when training), and an
 answer cut at its token budget ends with the template's end-of-turn like any other (each line

@@ -77,6 +77,17 @@ def test_assistant_only_loss_mask_on_the_real_chat_template(smol_dir):
     assert tok.decode(ids3[mask3]).strip() == "2 + 3 = 5.<|im_end|>"
     with pytest.raises(ValueError, match="assistant turn"):
         render_with_loss_mask(tok, messages[:1])
+    # cut: the uncut render's first `cut` tokens, whichever turn the cut falls in
+    for cut in range(1, len(ids) + 3):
+        for msgs, (whole, whole_mask) in ((messages, (ids, mask)), (messages[:3], (ids3, mask3))):
+            got, got_mask = render_with_loss_mask(tok, msgs, cut)
+            assert torch.equal(got, whole[:cut]) and torch.equal(got_mask, whole_mask[:cut])
+    with pytest.raises(ValueError, match="max_tokens=0"):
+        render_with_loss_mask(tok, messages, 0)
+    # a template that is not prefix-stable (it opens with the number of turns) is refused
+    tok.chat_template = "{{ messages | length }}" + tok.chat_template
+    with pytest.raises(ValueError, match="not prefix-stable at turn 1"):
+        render_with_loss_mask(tok, messages)
 
 
 def tiny_llama():

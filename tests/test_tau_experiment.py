@@ -13,6 +13,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "tau_experiment.sh"
 
@@ -57,6 +59,10 @@ def test_the_script_parses_and_refuses_bad_settings(tmp_path):
         ["bash", str(SCRIPT), "taus"], env=_env(tmp_path, GPUS="0"), capture_output=True, text=True
     )
     assert out.returncode == 1 and "GPUS=0: a positive number of GPUs" in out.stdout
+    for phase in ("ablate", "eval-ablate"):  # an unknown ablation is named, nothing started
+        out = _run(tmp_path, phase, ABL="mla rope_half")
+        assert out.returncode == 1 and "unknown ablation rope_half" in out.stdout
+        assert not (tmp_path / "eval-ablate" / "chain.pid").exists()
 
 
 def test_eval_ablate_takes_each_run_as_it_ends_and_skips_failed_ones(tmp_path):
@@ -112,48 +118,35 @@ def test_eval_ablate_waits_for_a_training_run_whose_lane_is_gone(tmp_path):
     assert f"{w}/ablate/layers2: no summary, skipped" in out  # never started, no lane
 
 
-def test_without_a_baseline_run_each_ablation_is_evaluated_as_it_ends(tmp_path):
+@pytest.mark.parametrize(
+    "first, second, abl",
+    [
+        ("layers1", "layers2", "layers1 layers2"),
+        # pass 16: ABL put mla first, which the lane trains after rope_partial (the ablations'
+        # own order); rope_partial's evaluation must not wait for it
+        ("rope_partial", "mla", "mla rope_partial"),
+    ],
+)
+def test_without_a_baseline_run_each_ablation_is_evaluated_as_it_ends(tmp_path, first, second, abl):
     # RUNS="" (the baseline is an earlier pass's): no wait for a runs/dspark that never starts
     w = tmp_path
-    for run in ("ablate/layers1", "ablate/layers2", "eval-ablate"):
+    for run in (f"ablate/{first}", f"ablate/{second}", "eval-ablate"):
         (w / run).mkdir(parents=True)
-    (w / "ablate/layers1/summary.json").write_text("{}")
-    lane = subprocess.Popen(["sleep", "60"])  # the lane, now training layers2
+    (w / f"ablate/{first}/summary.json").write_text("{}")
+    lane = subprocess.Popen(["sleep", "60"])  # the lane, now training the second run
     (w / "ablate/lane0.pid").write_text(str(lane.pid))
-    chain = _chain(w, "layers1 layers2", RUNS="")
+    chain = _chain(w, abl, RUNS="")
     try:
-        _wait_for_evaluations(w, chain, 1)  # layers1's, while the lane still lives
+        _wait_for_evaluations(w, chain, 1)  # the first's, while the lane still lives
         assert lane.poll() is None
-        (w / "ablate/layers2/summary.json").write_text("{}")
+        (w / f"ablate/{second}/summary.json").write_text("{}")
         lane.kill()
         lane.wait()
         chain.communicate(timeout=30)
     finally:
         lane.kill()
         chain.kill()
-    assert _evaluated(w) == [str(w / "ablate/layers1"), str(w / "ablate/layers2")]
-
-
-def test_eval_ablate_follows_the_training_order_not_abl_s(tmp_path):
-    # pass 16: ABL="mla rope_partial" trains rope_partial first (the ablations' own order); its
-    # evaluation must not wait for mla, still training
-    w = tmp_path
-    for run in ("ablate/rope_partial", "ablate/mla", "eval-ablate"):
-        (w / run).mkdir(parents=True)
-    (w / "ablate/rope_partial/summary.json").write_text("{}")
-    lane = subprocess.Popen(["sleep", "60"])  # the lane, now training mla
-    (w / "ablate/lane0.pid").write_text(str(lane.pid))
-    chain = _chain(w, "mla rope_partial", RUNS="")
-    try:
-        _wait_for_evaluations(w, chain, 1)  # rope_partial's, while mla trains
-        (w / "ablate/mla/summary.json").write_text("{}")
-        lane.kill()
-        lane.wait()
-        chain.communicate(timeout=30)
-    finally:
-        lane.kill()
-        chain.kill()
-    assert _evaluated(w) == [str(w / "ablate/rope_partial"), str(w / "ablate/mla")]
+    assert _evaluated(w) == [str(w / f"ablate/{first}"), str(w / f"ablate/{second}")]
 
 
 def test_report_ablate_reports_the_axes_that_ran(tmp_path):

@@ -322,7 +322,7 @@ def test_hydra_multirun_ablation_and_its_report(tmp_path, capsys):
     first = rows[1]["gsm8k vs first job (95 %)"]
     assert first.startswith(f"{diff:+.2f} (") and rows[0]["gsm8k vs first job (95 %)"] == ""
     assert (tmp_path / "report" / "rope.png").read_bytes()[:4] == b"\x89PNG"
-    # results copied without their weights: the same evaluations, no parameter count
+    # results copied without their weights: the same evaluations, the count from summary.json
     copied = tmp_path / "copied"
     shutil.copytree(sweep, copied, ignore=shutil.ignore_patterns("checkpoints"))
     assert report_main([str(copied / "0"), str(copied / "1"), "--out", str(tmp_path / "c")]) == 0

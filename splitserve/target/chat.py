@@ -4,7 +4,8 @@ decoding, evaluation) and whole conversations with an assistant-only loss mask.
 Each assistant turn's tokens (its content and the template's end-of-turn tokens) are found by
 rendering the conversation up to that turn twice, with and without the turn, and taking the
 difference. That needs a prefix-stable template (rendering more turns only appends tokens); a
-template that is not is reported instead of silently masking the wrong tokens.
+template that is not is reported instead of silently masking the wrong tokens. A conversation
+cut to a token budget (a target's max_length) renders no turn that starts past the cut.
 """
 
 from __future__ import annotations
@@ -28,25 +29,51 @@ def prompt_ids(tokenizer, messages: Sequence[dict], max_tokens: int | None = Non
     return ids[-max_tokens:] if max_tokens else ids
 
 
-def render_with_loss_mask(tokenizer, messages: Sequence[dict]) -> tuple[torch.Tensor, torch.Tensor]:
+def render_with_loss_mask(
+    tokenizer, messages: Sequence[dict], max_tokens: int | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """messages: [{"role": "system"|"user"|"assistant", "content": str}, ...] ->
-    (input_ids [L], loss_mask [L] bool, True exactly on assistant-turn tokens)."""
+    (input_ids [L], loss_mask [L] bool, True exactly on assistant-turn tokens).
+
+    `max_tokens`: the first that many of those, rendering no turn that starts past them. Each
+    render covers the conversation up to a turn, so an uncut render of n turns costs O(n^2) in
+    the turns' length; a ShareGPT conversation cut to 1,024 tokens rendered in half the time
+    (scripts/bench_render.py --source sharegpt). Each render is checked to extend the one before
+    it; the cut result is then the uncut one's first max_tokens (tests/test_target_side.py)."""
     if not messages or not any(m.get("role") == "assistant" for m in messages):
         raise ValueError("a training conversation needs at least one assistant turn")
-    full = _ids(tokenizer, messages, False)
-    mask = [False] * len(full)
+    if max_tokens is not None and max_tokens < 1:
+        raise ValueError(f"max_tokens={max_tokens}: keep at least one token")
+    limit = max_tokens if max_tokens is not None else float("inf")
+
+    def extends(ids: list[int], prefix: list[int], turn: int) -> list[int]:
+        if ids[: len(prefix)] != prefix:
+            raise ValueError(
+                f"the tokenizer's chat template is not prefix-stable at turn {turn}: "
+                "cannot locate the assistant tokens for the loss mask"
+            )
+        return ids
+
+    ids, spans, rendered = None, [], []  # rendered: the longest render so far
     for i, message in enumerate(messages):
         if message.get("role") != "assistant":
             continue
-        before = _ids(tokenizer, messages[:i], True) if i else []
-        # the last turn's `after` is `full` (a conversation that ends with its answer, as every
-        # training sample does: two renders instead of three)
-        after = full if i + 1 == len(messages) else _ids(tokenizer, messages[: i + 1], False)
-        if full[: len(after)] != after or after[: len(before)] != before:
-            raise ValueError(
-                f"the tokenizer's chat template is not prefix-stable at turn {i}: "
-                "cannot locate the assistant tokens for the loss mask"
-            )
-        for t in range(len(before), len(after)):
-            mask[t] = True
-    return torch.tensor(full, dtype=torch.long), torch.tensor(mask, dtype=torch.bool)
+        before = extends(_ids(tokenizer, messages[:i], True) if i else [], rendered, i)
+        if len(before) >= limit:  # this turn starts past the cut
+            ids = before
+            break
+        # a conversation's last turn, uncut, is the whole render (two renders, not three)
+        rendered = extends(_ids(tokenizer, messages[: i + 1], False), before, i)
+        spans.append((len(before), len(rendered)))
+        if len(rendered) >= limit:
+            ids = rendered
+            break
+    if ids is None:  # turns after the last answer (e.g. a closing user turn), or none
+        ids = rendered
+        if len(rendered) < limit and messages[-1].get("role") != "assistant":
+            ids = extends(_ids(tokenizer, messages, False), rendered, len(messages) - 1)
+    n = min(len(ids), limit)
+    mask = torch.zeros(n, dtype=torch.bool)
+    for a, b in spans:
+        mask[a : min(b, n)] = True
+    return torch.tensor(ids[:n], dtype=torch.long), mask

@@ -18,7 +18,7 @@ import torch
 from draft_models import SequenceSample
 
 from ...data import Conversation, prompt_turns
-from ..chat import prompt_ids
+from ..chat import prompt_ids, render_with_loss_mask
 from ..config import SamplingSetting, TargetConfig
 from ..models import check_tokenizer, load_target_spec
 
@@ -85,6 +85,12 @@ class TargetBackend:
         """The prompt the target answers: the turns before the first assistant turn, rendered
         with the generation prompt, its last `max_prompt_tokens` tokens."""
         return prompt_ids(self.tokenizer, prompt_turns(conversation), self.setup.max_prompt_tokens)
+
+    def teacher_forced(self, conversation: Conversation) -> tuple[torch.Tensor, torch.Tensor]:
+        """A dataset conversation as trained on without regeneration (target.regenerate=false):
+        rendered with its assistant-only loss mask and cut to max_length, turns past the cut
+        left unrendered."""
+        return render_with_loss_mask(self.tokenizer, conversation, self.setup.max_length)
 
     def setting(self, g: int) -> SamplingSetting:
         return self.cfg.sampling[g % len(self.cfg.sampling)]

@@ -9,7 +9,6 @@ from draft_models import SequenceSample
 
 from ...data import Conversation
 from ..capture import target_sample
-from ..chat import render_with_loss_mask
 from ..config import SamplingSetting, regeneration_seed, resolve_dtype
 from ..models import load_causal_lm
 from .base import TargetBackend, TargetSetup, register_backend
@@ -109,4 +108,4 @@ class HFTarget(TargetBackend):
     def produce(self, g: int, conversation: Conversation) -> SequenceSample:
         if self.cfg.regenerate:
             return self._capture(*self.regenerate(g, conversation))
-        return self._capture(*render_with_loss_mask(self.tokenizer, conversation))
+        return self._capture(*self.teacher_forced(conversation))

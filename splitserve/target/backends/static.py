@@ -31,7 +31,6 @@ from draft_models import SequenceSample
 
 from ...data import Conversation
 from ..ahead import ahead
-from ..chat import render_with_loss_mask
 from ..config import regeneration_seed, resolve_dtype
 from ..models import load_causal_lm
 from ..runtime.engines import static_refusal
@@ -125,22 +124,19 @@ class StaticTarget(TargetBackend):
     def _teacher_forced(
         self, conversations: Iterable[Conversation]
     ) -> Iterator[tuple[int, SequenceSample]]:
-        """The dataset's answers, rendered and cut to max_length, prefilled `prefill_group` at a
-        time into cache rows 0..k-1 (right-padded to the group's longest; each row's states are
-        copied out before the next group overwrites them)."""
+        """The dataset's answers, rendered and cut to max_length (`teacher_forced`), prefilled
+        `prefill_group` at a time into cache rows 0..k-1 (right-padded to the group's longest;
+        each row's states are copied out before the next group overwrites them)."""
         group: list[tuple[int, torch.Tensor, torch.Tensor]] = []
         # rendered while the prefills run and the worker sends (splitserve.target.ahead)
-        rendered = self._rendered(self._render, conversations)
+        rendered = self._rendered(self.teacher_forced, conversations)
         for i, (ids, mask) in enumerate(rendered):
-            group.append((i, ids[: self.setup.max_length], mask[: self.setup.max_length]))
+            group.append((i, ids, mask))
             if len(group) == self.prefill_group:
                 yield from self._prefilled(group)
                 group = []
         if group:
             yield from self._prefilled(group)
-
-    def _render(self, conversation: Conversation) -> tuple[torch.Tensor, torch.Tensor]:
-        return render_with_loss_mask(self.tokenizer, conversation)
 
     def _rendered(self, fn, items: Iterable) -> Iterator:
         """fn over items, `target.render_ahead` ahead in a thread (two prefill groups, or two
