@@ -45,7 +45,6 @@ from bench_regen import prompt_conversations  # noqa: E402  (scripts/)
 
 from serving import cli  # noqa: E402
 from splitserve.target.backends import TargetSetup, make_backend  # noqa: E402
-from splitserve.target.chat import render_with_loss_mask  # noqa: E402
 from splitserve.target.config import TargetConfig, resolve_dtype  # noqa: E402
 from splitserve.target.embedded import ensure_smollm2  # noqa: E402
 
@@ -143,10 +142,7 @@ def main(argv=None) -> int:
     backends = {"masked": backend(64), "fresh": backend(64), "inline": backend(0)}
     masked(backends["masked"].engine.net)
     model = backends["fresh"].model
-    cut = args.max_length
-    rendered = [
-        render_with_loss_mask(backends["fresh"].tokenizer, c)[0][:cut] for c in conversations
-    ]
+    rendered = [backends["fresh"].teacher_forced(c)[0] for c in conversations]
     groups = [rendered[k : k + args.group] for k in range(0, len(rendered), args.group)]
     padded = sum(len(g) * max(x.numel() for x in g) for g in groups[1:])
     real = sum(x.numel() for g in groups[1:] for x in g)

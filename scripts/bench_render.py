@@ -10,7 +10,8 @@ answer; ShareGPT: multi-turn), per sample: `render_with_loss_mask` whole and cut
 `prompt_ids` of the turns before the first answer (what a regenerating one renders) and one
 whole render (`apply_chat_template`: the unit of all of them; the loss mask renders the
 conversation up to each answer twice, so a long multi-turn conversation costs far more than its
-cut).
+cut), and in how many conversations the cut render is the whole one's first --max-length tokens
+and mask (all of them, or the cut is wrong).
 
 Then the static backend's teacher-forced loop shape: render a sample, then wait `--wait-ms` with
 the GIL released (time.sleep, standing in for the device and the sends: a stand-in, not a GPU
@@ -91,9 +92,15 @@ def main(argv=None) -> int:
     prompts = [prompt_turns(c) for c in conversations]
     render = lambda c: render_with_loss_mask(tokenizer, c, args.max_length)  # noqa: E731
     uncut = lambda c: render_with_loss_mask(tokenizer, c)  # noqa: E731
-    tokens = sum(uncut(c)[0].numel() for c in conversations) / len(conversations)
-    kept = sum(render(c)[0].numel() for c in conversations) / len(conversations)
-    whole = per_sample_ms(lambda c: tokenizer.apply_chat_template(c, tokenize=True), conversations)
+    whole, cut = [uncut(c) for c in conversations], [render(c) for c in conversations]
+    tokens = sum(ids.numel() for ids, _ in whole) / len(conversations)
+    kept = sum(ids.numel() for ids, _ in cut) / len(conversations)
+    # the cut render is the whole one's first max_length tokens and mask, conversation by one
+    same = sum(
+        torch.equal(a[: args.max_length], b) and torch.equal(m[: args.max_length], n)
+        for (a, m), (b, n) in zip(whole, cut, strict=True)
+    )
+    one = per_sample_ms(lambda c: tokenizer.apply_chat_template(c, tokenize=True), conversations)
     report = {
         "command": cli.command_line(ap, argv),
         "cpu": cpu_model(),
@@ -104,7 +111,8 @@ def main(argv=None) -> int:
         "tokens_per_sample": round(tokens, 1),
         "max_length": args.max_length,
         "tokens_per_sample_cut": round(kept, 1),
-        "one_render_ms": round(whole, 3),
+        "cut_equals_whole_cut": same,
+        "one_render_ms": round(one, 3),
         "render_with_loss_mask_ms": round(per_sample_ms(uncut, conversations), 3),
         "render_with_loss_mask_cut_ms": round(per_sample_ms(render, conversations), 3),
         "prompt_ids_ms": round(per_sample_ms(lambda m: prompt_ids(tokenizer, m), prompts), 3),

@@ -84,10 +84,19 @@ def test_assistant_only_loss_mask_on_the_real_chat_template(smol_dir):
             assert torch.equal(got, whole[:cut]) and torch.equal(got_mask, whole_mask[:cut])
     with pytest.raises(ValueError, match="max_tokens=0"):
         render_with_loss_mask(tok, messages, 0)
-    # a template that is not prefix-stable (it opens with the number of turns) is refused
+    # a template that is not prefix-stable (it opens with the number of messages) is refused
+    # once a render breaks the ones before it; a cut that keeps only the first render (the
+    # prompt, no loss) checks nothing past it, and returns that render's own tokens
     tok.chat_template = "{{ messages | length }}" + tok.chat_template
-    with pytest.raises(ValueError, match="not prefix-stable at turn 1"):
-        render_with_loss_mask(tok, messages)
+    rendered = tok.apply_chat_template(messages[:1], add_generation_prompt=True, return_dict=True)
+    prompt = len(rendered["input_ids"])
+    for cut in (None, prompt + 1, len(ids)):
+        with pytest.raises(
+            ValueError, match="prefix-stable: rendering the conversation up to message 1 "
+        ):
+            render_with_loss_mask(tok, messages, cut)
+    got, got_mask = render_with_loss_mask(tok, messages, prompt)
+    assert tok.decode(got).startswith("1<|im_start|>") and not got_mask.any()
 
 
 def tiny_llama():

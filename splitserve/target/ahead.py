@@ -1,8 +1,8 @@
 """Host work done ahead, in a background thread, while the caller waits for its device.
 
-Why: a target worker renders each conversation's chat template and tokenizes it (0.66 ms a GSM8K
+Why: a target worker renders each conversation's chat template and tokenizes it (0.58 ms a GSM8K
 sample of 222 tokens with its loss mask, for SmolLM2 on one CPU core: docs/bench/render_cpu.json;
-4.96 ms a ShareGPT conversation cut to 1,024 tokens: render_sharegpt_cpu.json),
+5.04 ms a ShareGPT conversation cut to 1,024 tokens: render_sharegpt_cpu.json),
 then waits for its GPU and for the sends to its trainer. Rendering in the same thread puts it on
 the target's critical path, and on one H200 the target, not the trainer, set the pace of training
 (docs/ablations/tau_h200.md, pass 14). Those waits release the GIL, so a thread that renders the

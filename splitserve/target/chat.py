@@ -39,18 +39,23 @@ def render_with_loss_mask(
     render covers the conversation up to a turn, so an uncut render of n turns costs O(n^2) in
     the turns' length; a ShareGPT conversation cut to 1,024 tokens rendered in half the time
     (scripts/bench_render.py --source sharegpt). Each render is checked to extend the one before
-    it; the cut result is then the uncut one's first max_tokens (tests/test_target_side.py)."""
+    it; the cut result is then the uncut one's first max_tokens (tests/test_target_side.py).
+    Only the renders before the cut are checked: a template that breaks prefix-stability past
+    it goes unnoticed in that conversation (what is returned is still the render of its turns
+    up to the cut, masked right for that render) and is refused by the first conversation
+    whose kept tokens reach the break."""
     if not messages or not any(m.get("role") == "assistant" for m in messages):
         raise ValueError("a training conversation needs at least one assistant turn")
     if max_tokens is not None and max_tokens < 1:
         raise ValueError(f"max_tokens={max_tokens}: keep at least one token")
     limit = max_tokens if max_tokens is not None else float("inf")
 
-    def extends(ids: list[int], prefix: list[int], turn: int) -> list[int]:
+    def extends(ids: list[int], prefix: list[int], upto: int) -> list[int]:
         if ids[: len(prefix)] != prefix:
             raise ValueError(
-                f"the tokenizer's chat template is not prefix-stable at turn {turn}: "
-                "cannot locate the assistant tokens for the loss mask"
+                "the tokenizer's chat template is not prefix-stable: rendering the conversation "
+                f"up to message {upto} changed the tokens of the messages before it, so the "
+                "assistant tokens for the loss mask cannot be located"
             )
         return ids
 
