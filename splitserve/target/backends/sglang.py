@@ -98,6 +98,11 @@ class SGLangTarget(TargetBackend):
 
     def __init__(self, setup: TargetSetup) -> None:
         super().__init__(setup)
+        if not self.cfg.regenerate:  # produce always regenerates: refuse rather than ignore it
+            raise ValueError(
+                "target.backend=sglang regenerates every answer; target.regenerate=false "
+                "(teacher forcing on the dataset's answers) runs on target.backend=hf or static"
+            )
         if self.spec.model_type not in FINAL_LAYER_CAPTURE_TYPES:
             raise ValueError(
                 f"target.backend=sglang needs a target whose SGLang model captures its last layer "
