@@ -21,6 +21,7 @@ expected before anything tries to parse it.
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import sys
@@ -109,11 +110,7 @@ def param_count(directory: Path) -> int:
     total = 0
     for name in tensor_files(directory):
         with safe_open(str(directory / name), "pt") as f:
-            for key in f.keys():
-                n = 1
-                for d in f.get_slice(key).get_shape():
-                    n *= d
-                total += n
+            total += sum(math.prod(f.get_slice(key).get_shape()) for key in f.keys())
     return total
 
 

@@ -37,30 +37,25 @@ def test_captured_rows_split_into_aux_and_final_states():
     assert aux[0, ::hidden].tolist() == [35.0, 41.0] and bool((last == 41).all())
 
 
-def test_targets_whose_last_layer_sglang_never_captures_are_refused():
-    setup = TargetSetup(
+def _sglang_setup(**cfg) -> TargetSetup:
+    """An sglang backend's setup on the embedded SmolLM2 (refused before any engine starts)."""
+    return TargetSetup(
         ensure_smollm2(),
-        TargetConfig(backend="sglang"),
+        TargetConfig(backend="sglang", **cfg),
         [1, 15],
         torch.device("cpu"),
         seed=0,
         max_length=64,
         max_prompt_tokens=32,
     )
+
+
+def test_targets_whose_last_layer_sglang_never_captures_are_refused():
     with pytest.raises(ValueError, match="llama does not, so its final hidden state cannot be"):
-        make_backend(setup)
+        make_backend(_sglang_setup())
 
 
 def test_teacher_forcing_is_refused_by_name_not_ignored():
     # produce always regenerates: target.regenerate=false was silently ignored before
-    setup = TargetSetup(
-        ensure_smollm2(),
-        TargetConfig(backend="sglang", regenerate=False),
-        [1, 15],
-        torch.device("cpu"),
-        seed=0,
-        max_length=64,
-        max_prompt_tokens=32,
-    )
     with pytest.raises(ValueError, match="target.regenerate=false .* runs on target.backend=hf"):
-        make_backend(setup)
+        make_backend(_sglang_setup(regenerate=False))

@@ -73,9 +73,9 @@ def render_with_loss_mask(
         if len(rendered) >= limit:
             ids = rendered
             break
-    if ids is None:  # turns after the last answer (e.g. a closing user turn), or none
+    if ids is None:  # no cut reached: the turns after the last answer too (a closing user turn)
         ids = rendered
-        if len(rendered) < limit and messages[-1].get("role") != "assistant":
+        if messages[-1].get("role") != "assistant":
             ids = extends(_ids(tokenizer, messages, False), rendered, len(messages) - 1)
     n = min(len(ids), limit)
     mask = torch.zeros(n, dtype=torch.bool)
