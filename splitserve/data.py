@@ -121,6 +121,11 @@ def _chat(messages, where: str, field: str = "messages") -> Conversation:
         if not isinstance(m, dict) or m.get("role") not in ("system", "user", "assistant"):
             raise ValueError(f"{where}: {field}[{i}] needs role system|user|assistant")
         _text_field(m, "content", f"{where}: {field}[{i}]")
+    if messages[0]["role"] == "assistant":  # as the ShareGPT reader, which drops them
+        raise ValueError(
+            f"{where}: {field}[0] is an assistant turn; a conversation starts with a system or "
+            "user message (its answer needs a prompt)"
+        )
     return [{"role": m["role"], "content": m["content"]} for m in messages]
 
 

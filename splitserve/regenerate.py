@@ -8,13 +8,13 @@ most of a target's work. A file written here trains any number of drafts with
 prefills each sample to capture its hidden states. Line g holds the sample an online run with the
 same overrides regenerates as sample g (same prompt, sampling setting g mod len(settings), same
 seed; exactly so in fp32 for batch-invariant backends such as `static` (tested on CPU); in bf16
-on a GPU four regenerations of one recipe and seed, each on a fresh H200, gave four files
-(docs/ablations/tau_h200.md, pass 16; a near-tie rounded differently is the suspected cause,
-and one machine's repeatability is unchecked); the `hf` backend seeds a window
-of samples together, so its sampled answers differ from an online run's); its answer passes
-through text once (decoded here, tokenized again by the chat template when training), and an
-answer cut at its token budget ends with the template's end-of-turn like any other (each line
-records `ended`: the answer is shorter than its budget).
+on a GPU it does not repeat itself: five regenerations of one recipe and seed on fresh H200s
+gave five files, and two of 1,024 samples on one machine agreed on 201 of 939 lines
+(docs/ablations/tau_h200.md, passes 16 and 17; the cause is not found); the `hf` backend
+seeds a window of samples together, so its sampled answers differ from an online run's); its
+answer passes through text once (decoded here, tokenized again by the chat template when
+training), and an answer cut at its token budget ends with the template's end-of-turn like any
+other (each line records `ended`: the answer is shorter than its budget).
 
 Left out, and counted in the summary: samples whose prompt is longer than
 `data.max_prompt_tokens` (the target answers only the prompt's end, which a conversation cannot

@@ -12,6 +12,7 @@ from splitserve.data import (
     load_prompts,
     read_gsm8k,
     read_hf_dataset,
+    read_jsonl_chat,
     read_sharegpt,
 )
 
@@ -48,6 +49,19 @@ def test_a_malformed_jsonl_line_is_named_by_line_and_column(tmp_path):
         ValueError, match=rf"bad.jsonl:2: not valid JSON \(Expecting value at column {column}\)"
     ):
         read_gsm8k(path)
+
+
+def test_a_conversation_opening_with_an_answer_is_refused_by_line(tmp_path):
+    path = tmp_path / "chat.jsonl"
+    lines = [
+        {"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]},
+        {"messages": [{"role": "system", "content": "s"}, {"role": "assistant", "content": "a"}]},
+        {"messages": [{"role": "assistant", "content": "a"}, {"role": "user", "content": "q"}]},
+    ]
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    assert len(read_jsonl_chat(path, limit=2)) == 2  # a system prompt before an answer is one
+    with pytest.raises(ValueError, match=r"chat.jsonl:3: messages\[0\] is an assistant turn"):
+        read_jsonl_chat(path)
 
 
 def _messages(i):

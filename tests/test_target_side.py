@@ -77,6 +77,17 @@ def test_assistant_only_loss_mask_on_the_real_chat_template(smol_dir):
     assert tok.decode(ids3[mask3]).strip() == "2 + 3 = 5.<|im_end|>"
     with pytest.raises(ValueError, match="assistant turn"):
         render_with_loss_mask(tok, messages[:1])
+    # an answer with no prompt: the template opens with its default system prompt, which the
+    # mask would have covered; refused by name. After a system message it is a normal answer
+    assert "You are a helpful AI assistant" in tok.apply_chat_template(
+        messages[1:2], tokenize=False
+    )
+    with pytest.raises(ValueError, match="message 0 is an assistant turn"):
+        render_with_loss_mask(tok, messages[1:])
+    system = [{"role": "system", "content": "Be brief."}, messages[1]]
+    ids_s, mask_s = render_with_loss_mask(tok, system)
+    assert tok.decode(ids_s[mask_s]).strip() == "2 + 3 = 5.<|im_end|>"
+    assert "Be brief." in tok.decode(ids_s[~mask_s])
     # cut: the uncut render's first `cut` tokens, whichever turn the cut falls in
     for cut in range(1, len(ids) + 3):
         for msgs, (whole, whole_mask) in ((messages, (ids, mask)), (messages[:3], (ids3, mask3))):

@@ -46,6 +46,12 @@ def render_with_loss_mask(
     whose kept tokens reach the break."""
     if not messages or not any(m.get("role") == "assistant" for m in messages):
         raise ValueError("a training conversation needs at least one assistant turn")
+    if messages[0].get("role") == "assistant":  # nothing renders before it but the template's
+        # own opening (e.g. SmolLM2's default system prompt), which would land in the loss
+        raise ValueError(
+            "message 0 is an assistant turn: a training conversation starts with a system or "
+            "user message (there is no prompt for the answer)"
+        )
     if max_tokens is not None and max_tokens < 1:
         raise ValueError(f"max_tokens={max_tokens}: keep at least one token")
     limit = max_tokens if max_tokens is not None else float("inf")
