@@ -1,0 +1,102 @@
+"""scripts/regen_repeat.py: where two regenerations of the same samples part, told apart as
+the forward's states moving first or the sampler choosing differently on identical states; run
+on the real SmolLM2 on CPU, where fp32 regeneration repeats itself exactly."""
+
+import json
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+from conftest import run_script
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from regen_repeat import compare, summarize  # noqa: E402  (scripts/)
+
+TINY = [
+    "+recipe=smol_gpu",
+    "target.backend=static",
+    "target.max_new_tokens=6",
+    "target.generate_batch=2",
+    "data.max_length=160",
+    "data.max_prompt_tokens=100",
+    "data.sources=[{kind:gsm8k,path:null,limit:20,weight:1}]",
+]
+
+
+def test_compare_finds_the_first_moved_state_and_the_first_parted_token():
+    ids = torch.arange(10)
+    states = torch.randn(10, 4)
+    same = compare(ids, ids.clone(), states, states.clone(), prompt_len=4)
+    assert same["tokens_equal"] and same["first_token_diff"] is None
+    assert same["first_state_diff"] is None and same["state_max_abs"] == 0.0
+
+    b_ids, b_states = ids.clone(), states.clone()
+    b_states[6, 1] += 0.5  # the forward moved at 6, then the token at 8 parted
+    b_ids[8] = 99
+    b_states[8:] += 100.0  # after the parting the states follow other tokens: not compared
+    row = compare(ids, b_ids, states, b_states, prompt_len=4)
+    assert row["first_token_diff"] == 8 and row["first_state_diff"] == 6
+    assert row["state_max_abs"] == 0.5 and row["prompt_state_max_abs"] == 0.0
+
+    b_states = states.clone()
+    b_states[2, 0] -= 0.25  # the prefill moved; the tokens never parted
+    row = compare(ids, ids.clone(), states, b_states, prompt_len=4)
+    assert row["tokens_equal"] and row["first_state_diff"] == 2
+    assert row["prompt_state_max_abs"] == 0.25
+
+    # one repeat stopped earlier: the tokens part where the shorter ends
+    row = compare(ids, ids[:7], states, states[:7], prompt_len=4)
+    assert row["first_token_diff"] == 7 and row["first_state_diff"] is None
+
+    # the same states, another token: the sampler, not the forward
+    b_ids = ids.clone()
+    b_ids[5] = 42
+    rows = [row, compare(ids, b_ids, states, states.clone(), prompt_len=4), same]
+    summary = summarize(rows, [0.0, 1.0, 1.0])
+    assert summary["tokens_equal"] == 1 and summary["samples"] == 3
+    assert summary["tokens_differ_after_identical_states"] == 2
+    assert summary["states_differ_before_tokens"] == 0
+    assert summary["median_answer_tokens_before_parting"] == 3  # of 1 (5 - 4) and 3 (7 - 4)
+    assert summary["by_setting"] == {
+        "temperature=0": {"samples": 1, "tokens_equal": 0},
+        "temperature=1": {"samples": 2, "tokens_equal": 1},
+    }
+
+
+def test_fp32_regeneration_on_cpu_repeats_itself_bit_for_bit(tmp_path):
+    args = ["--samples", "6", "--repeats", "3", "--sdpa", "math", "--device", "cpu", *TINY]
+    out = tmp_path / "report.json"
+    run_script("regen_repeat.py", "--out", str(out), *args)
+    report = json.loads(out.read_text())
+    assert report["command"] == "python scripts/regen_repeat.py " + shlex.join(
+        ["--out", str(out), *args]
+    )
+    assert report["samples"] == 4 and report["dtype"] == "torch.float32"  # 2 prompts too long
+    assert not report["graphs"] and report["sdpa"] == "math" and report["slots"] == 2
+    assert [a["repeat"] for a in report["against_first"]] == [1, 2]
+    for against in report["against_first"]:
+        assert against["tokens_equal"] == 4 and against["state_max_abs"] == 0.0
+        assert against["prompt_states_differ"] == 0
+        assert {k: v["samples"] for k, v in against["by_setting"].items()} == {
+            "temperature=0": 2,
+            "temperature=1": 1,
+            "temperature=0.7": 1,
+        }
+        assert all(r["prompt_len"] > 50 for r in against["per_sample"])
+
+
+def test_only_the_static_backends_regeneration_is_compared(tmp_path):
+    out = tmp_path / "r.json"
+    cmd = [sys.executable, str(ROOT / "scripts" / "regen_repeat.py"), "--out", str(out)]
+    proc = subprocess.run(
+        cmd + ["--device", "cpu", *TINY, "target.regenerate=false"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 2 and "target.regenerate=False" in proc.stderr
+    assert not out.exists()
