@@ -340,12 +340,14 @@ eval-ablate)
   detach eval-ablate/chain eval-ablate-fg
   echo "started: the baseline's and every ablation's evaluation, one after another"
   ;;
-eval-ablate-fg)  # `eval-ablate`'s chain, each over ABL_PROCS processes, in the order the
-  # lanes train them (ABLATIONS', whatever ABL's: pass 16's ABL put mla first, which trained
-  # last, and the chain waited for it before evaluating the two runs that had ended): a
-  # run still training is waited for, even when its lane is gone (its evaluation then runs
-  # beside the next run's training, on the same GPU); a run that ended without a summary
-  # (failed), or that no lane will start, is skipped
+eval-ablate-fg)  # `eval-ablate`'s chain, each over ABL_PROCS processes, one at a time: the
+  # first run to have ended, in the order the lanes train them (ABLATIONS', whatever ABL's:
+  # pass 16's ABL put mla first, which trained last, and the chain waited for it before
+  # evaluating the two runs that had ended), so with GPUS > 1 a run that ends on one GPU is
+  # not held behind one still training on another: a run still training is waited for, even
+  # when its lane is gone (its evaluation then runs beside the next run's training, on the
+  # same GPU); a run that ended without a summary (failed), or that no lane will start, is
+  # skipped
   lanes_alive() {
     local f
     for f in "$W"/runs/lane*.pid "$W"/ablate/lane*.pid; do
@@ -360,11 +362,22 @@ eval-ablate-fg)  # `eval-ablate`'s chain, each over ABL_PROCS processes, in the 
   chain=()
   [[ " $RUNS " != *" dspark "* ]] || chain+=("$W/runs/dspark")
   for n in $(jobs_of ablate | cut -d'|' -f1); do chain+=("$W/ablate/$n"); done
-  for run in "${chain[@]}"; do
+  pending=("${chain[@]}")
+  while [ ${#pending[@]} -gt 0 ]; do
     # a run's own process is what is waited for: pass 14 stopped the lane (so that no further
     # run would start) while layers1 trained, and its evaluation was skipped
-    until [ -f "$run/summary.json" ] || ended "$run" ||
-      { ! running "$run.pid" && ! lanes_alive; }; do sleep 5; done
+    pick=-1
+    for i in "${!pending[@]}"; do
+      run=${pending[$i]}
+      if [ -f "$run/summary.json" ] || ended "$run" ||
+        { ! running "$run.pid" && ! lanes_alive; }; then
+        pick=$i
+        break
+      fi
+    done
+    [ $pick -ge 0 ] || { sleep 5; continue; }
+    run=${pending[$pick]}
+    pending=("${pending[@]:0:pick}" "${pending[@]:pick+1}")
     [ -f "$run/summary.json" ] || { echo "### $(date +%T) $run: no summary, skipped"; continue; }
     evaluate_one "eval-ablate/$(basename "$run")" --checkpoint "$run" --bench gsm8k,mtbench \
       --limit $ABL_LIMIT --procs $ABL_PROCS

@@ -149,6 +149,30 @@ def test_without_a_baseline_run_each_ablation_is_evaluated_as_it_ends(tmp_path, 
     assert _evaluated(w) == [str(w / f"ablate/{first}"), str(w / f"ablate/{second}")]
 
 
+def test_with_two_gpus_a_run_that_ends_first_is_evaluated_first(tmp_path):
+    # GPUS=2: layers1 trains on GPU 0, layers2 on GPU 1; layers2 ends first and must not wait
+    # behind layers1, which the lanes' order lists first
+    w = tmp_path
+    for run in ("ablate/layers1", "ablate/layers2", "eval-ablate"):
+        (w / run).mkdir(parents=True)
+    training = subprocess.Popen(["sleep", "60"])  # layers1's own process, lane 0 alive
+    (w / "ablate/layers1.pid").write_text(str(training.pid))
+    (w / "ablate/lane0.pid").write_text(str(training.pid))
+    (w / "ablate/layers2/summary.json").write_text("{}")  # lane 1 done
+    chain = _chain(w, "layers1 layers2", RUNS="", GPUS="2")
+    try:
+        _wait_for_evaluations(w, chain, 1)
+        assert _evaluated(w) == [str(w / "ablate/layers2")] and chain.poll() is None
+        (w / "ablate/layers1/summary.json").write_text("{}")
+        training.kill()
+        training.wait()
+        chain.communicate(timeout=30)
+    finally:
+        training.kill()
+        chain.kill()
+    assert _evaluated(w) == [str(w / "ablate/layers2"), str(w / "ablate/layers1")]
+
+
 def test_report_ablate_reports_the_axes_that_ran(tmp_path):
     w = tmp_path
     for run in ("runs/dspark", "ablate/layers1", "ablate/mla"):
