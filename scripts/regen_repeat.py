@@ -18,17 +18,25 @@ reuses the first), and compares every repeat with the first, sample by sample:
 
 A state that differs before the tokens part says the forward is not repeatable (which switches
 change that: `--no-graphs`, `--sdpa math`, `--deterministic` =
-torch.use_deterministic_algorithms with CUBLAS_WORKSPACE_CONFIG); tokens that part after
-bit-identical states say the sampler is. Only the static backend (`target.backend=static`, the
-GPU default for Llama-family targets) is built here.
+torch.use_deterministic_algorithms(warn_only) with CUBLAS_WORKSPACE_CONFIG; an op with no
+deterministic version only warns, and the report lists the warnings); tokens that part after
+bit-identical states point past the state: the LM head's product or the sampler (a sampled
+row's nucleus sort and cumsum; a greedy row's argmax). Only the first prefill's samples (the
+first `target.generate_batch`) have the same prefill shapes in every repeat: a later sample's
+prefill group depends on which rows finished first, so once any sample parts, later prompts
+can round with other shapes (bf16) and their states differ without any kernel misbehaving. The
+report counts them apart (`first_prefill`). Only the static backend (`target.backend=static`,
+the GPU default for Llama-family targets) is built here.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import statistics
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import torch
@@ -84,7 +92,7 @@ def summarize(rows: list[dict], temperatures: list[float]) -> dict:
         "prompt_states_differ": sum(r["prompt_state_max_abs"] > 0 for r in rows),
         "states_differ_before_tokens": len(state_first),
         "tokens_differ_after_identical_states": len(parted) - len(state_first),
-        "median_answer_tokens_before_parting": into[len(into) // 2] if into else None,
+        "median_answer_tokens_before_parting": statistics.median(into) if into else None,
         "state_max_abs": max((r["state_max_abs"] for r in rows), default=0.0),
         "by_setting": by_setting,
     }
@@ -128,7 +136,8 @@ def main(argv=None) -> None:
         from torch.nn.attention import SDPBackend, sdpa_kernel
 
         attention = lambda: sdpa_kernel([SDPBackend.MATH])  # noqa: E731
-    with attention():
+    with attention(), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         backend, stream = target_and_stream(cfg, device)
         tok, limit = backend.tokenizer, cfg.data.max_prompt_tokens
         gs = [
@@ -136,7 +145,7 @@ def main(argv=None) -> None:
         ]
         convs = [stream[g] for g in gs]
         temperatures = [backend.setting(g).temperature for g in gs]
-        spec, runs, walls = engine_spec(backend.engine), [], []
+        spec, runs, walls, engines = engine_spec(backend.engine), [], [], 0
         for r in range(args.repeats):
             if r == 0 or not args.same_engine:  # built under this script's switches
                 backend.engine = None  # the old engine's cache freed before the new one's
@@ -145,6 +154,7 @@ def main(argv=None) -> None:
                 backend.engine = Regenerator(
                     backend.model, backend.layer_ids, graphs=graphs, **spec
                 )
+                engines += 1
             t0 = time.perf_counter()
             got = [None] * len(gs)
             for i, sample in backend.produce_stream(gs, convs):
@@ -158,7 +168,15 @@ def main(argv=None) -> None:
     against = []
     for r in range(1, args.repeats):
         rows = [compare(a[0], b[0], a[1], b[1], a[2]) for a, b in zip(first, runs[r], strict=True)]
-        against.append({"repeat": r, **summarize(rows, temperatures), "per_sample": rows})
+        first_group = min(len(rows), spec["slots"])  # one prefill, the same in every repeat
+        against.append(
+            {
+                "repeat": r,
+                **summarize(rows, temperatures),
+                "first_prefill": summarize(rows[:first_group], temperatures[:first_group]),
+                "per_sample": rows,
+            }
+        )
     report = {
         "command": cli.command_line(p, argv),
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
@@ -171,7 +189,10 @@ def main(argv=None) -> None:
         "slots": spec["slots"],
         "samples_asked": args.samples,
         "samples": len(gs),
+        "engines_built": engines,
         "wall_s": walls,
+        # what ran without a deterministic version, among other warnings (--deterministic)
+        "warnings": sorted({f"{w.category.__name__}: {w.message}"[:300] for w in caught}),
         "against_first": against,
     }
     write_report(args.out, report)

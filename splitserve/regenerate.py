@@ -9,7 +9,8 @@ prefills each sample to capture its hidden states. Line g holds the sample an on
 same overrides regenerates as sample g (same prompt, sampling setting g mod len(settings), same
 seed; exactly so in fp32 for batch-invariant backends such as `static` (tested on CPU); in bf16
 on a GPU it does not repeat itself: five regenerations of one recipe and seed on fresh H200s
-gave five files, and two of 1,024 samples on one machine agreed on 201 of 939 lines
+gave five files, and two regenerations of samples 0..1,023 in two processes on one machine
+(beside a training run) agreed on 201 of 939 lines
 (docs/ablations/tau_h200.md, passes 16 and 17; the cause is not found); the `hf` backend
 seeds a window of samples together, so its sampled answers differ from an online run's); its
 answer passes through text once (decoded here, tokenized again by the chat template when

@@ -122,6 +122,12 @@ def test_hf_dataset_errors_name_the_source_and_the_row(tmp_path):
         ValueError, match=r"chat.jsonl row 1: messages\[0\] needs role system\|user\|assistant"
     ):
         read_hf_dataset(SourceConfig(kind="hf_dataset", path=str(path)))
+    answer_first = tmp_path / "answer_first.jsonl"
+    answer_first.write_text(json.dumps({"messages": _messages(0)[::-1]}) + "\n")
+    with pytest.raises(
+        ValueError, match=r"answer_first.jsonl row 0: messages\[0\] is an assistant turn"
+    ):
+        read_hf_dataset(SourceConfig(kind="hf_dataset", path=str(answer_first)))
     with pytest.raises(ValueError, match=r"row 0: no column 'conversation' \(columns: messages\)"):
         read_hf_dataset(
             SourceConfig(kind="hf_dataset", path=str(path), messages_column="conversation")
