@@ -44,10 +44,7 @@ from benchlib import write_report
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout, installed or not
 from serving import cli  # noqa: E402
-from splitserve.data import prompt_turns  # noqa: E402
-from splitserve.regenerate import compose_run_config, target_and_stream  # noqa: E402
-from splitserve.target.chat import prompt_ids  # noqa: E402
-from splitserve.target.runtime.regen import Regenerator  # noqa: E402
+from splitserve.regenerate import compose_run_config, fitting_ids, target_and_stream  # noqa: E402
 
 
 def compare(a_ids, b_ids, a_final, b_final, prompt_len: int) -> dict:
@@ -98,12 +95,6 @@ def summarize(rows: list[dict], temperatures: list[float]) -> dict:
     }
 
 
-def engine_spec(engine: Regenerator) -> dict:
-    """What a fresh engine like `engine` is built with (its slots, cache length, stop ids,
-    sampler), graphs aside."""
-    return dict(slots=engine.slots, max_len=engine.max_len, eos=engine.eos, nucleus=engine.nucleus)
-
-
 def main(argv=None) -> None:
     p = cli.script_parser(__file__, __doc__)
     p.add_argument("--out", type=Path, required=True, help="JSON report to write")
@@ -139,21 +130,16 @@ def main(argv=None) -> None:
     with attention(), warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         backend, stream = target_and_stream(cfg, device)
-        tok, limit = backend.tokenizer, cfg.data.max_prompt_tokens
-        gs = [
-            g for g in range(args.samples) if len(prompt_ids(tok, prompt_turns(stream[g]))) <= limit
-        ]
+        gs = fitting_ids(stream, backend.tokenizer, cfg.data.max_prompt_tokens, range(args.samples))
         convs = [stream[g] for g in gs]
         temperatures = [backend.setting(g).temperature for g in gs]
-        spec, runs, walls, engines = engine_spec(backend.engine), [], [], 0
+        slots, runs, walls, engines = backend.engine.slots, [], [], 0
         for r in range(args.repeats):
             if r == 0 or not args.same_engine:  # built under this script's switches
                 backend.engine = None  # the old engine's cache freed before the new one's
                 if device.type == "cuda":
                     torch.cuda.empty_cache()
-                backend.engine = Regenerator(
-                    backend.model, backend.layer_ids, graphs=graphs, **spec
-                )
+                backend.engine = backend.new_engine(graphs)
                 engines += 1
             t0 = time.perf_counter()
             got = [None] * len(gs)
@@ -168,7 +154,7 @@ def main(argv=None) -> None:
     against = []
     for r in range(1, args.repeats):
         rows = [compare(a[0], b[0], a[1], b[1], a[2]) for a, b in zip(first, runs[r], strict=True)]
-        first_group = min(len(rows), spec["slots"])  # one prefill, the same in every repeat
+        first_group = min(len(rows), slots)  # one prefill, the same in every repeat
         against.append(
             {
                 "repeat": r,
@@ -186,7 +172,7 @@ def main(argv=None) -> None:
         "sdpa": args.sdpa,
         "deterministic": args.deterministic,
         "same_engine": args.same_engine,
-        "slots": spec["slots"],
+        "slots": slots,
         "samples_asked": args.samples,
         "samples": len(gs),
         "engines_built": engines,

@@ -101,6 +101,12 @@ def target_and_stream(cfg, device: torch.device):
     return backend, stream
 
 
+def fitting_ids(stream, tokenizer, limit: int, ids) -> list[int]:
+    """The sample ids of `ids` whose rendered prompt has at most `limit` tokens
+    (data.max_prompt_tokens): the ones regeneration answers (the others are left out, above)."""
+    return [g for g in ids if len(prompt_ids(tokenizer, prompt_turns(stream[g]))) <= limit]
+
+
 def run(args) -> dict:
     """Write the file; returns a summary (samples, new tokens, rate)."""
     if args.samples < 1:
@@ -126,7 +132,7 @@ def run(args) -> dict:
     tok = backend.tokenizer
     limit = cfg.data.max_prompt_tokens
     ids = [g for g in range(k, args.samples, m) if g >= args.start]
-    gs = [g for g in ids if len(prompt_ids(tok, prompt_turns(stream[g]))) <= limit]
+    gs = fitting_ids(stream, tok, limit, ids)
     long_prompts = len(ids) - len(gs)
     window = backend.window or max(1, len(gs))  # 0: one stream over every sample
     partial = args.out.with_name(args.out.name + ".partial")

@@ -11,21 +11,15 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import run_script
+from test_regenerate import SHRUNK
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 
 from regen_repeat import compare, summarize  # noqa: E402  (scripts/)
 
-TINY = [
-    "+recipe=smol_gpu",
-    "target.backend=static",
-    "target.max_new_tokens=6",
-    "target.generate_batch=2",
-    "data.max_length=160",
-    "data.max_prompt_tokens=100",
-    "data.sources=[{kind:gsm8k,path:null,limit:20,weight:1}]",
-]
+# test_regenerate's shrunk recipe (2 of samples 0..5 have prompts too long), on the static backend
+TINY = [*SHRUNK, "target.backend=static"]
 
 
 def test_compare_finds_the_first_moved_state_and_the_first_parted_token():

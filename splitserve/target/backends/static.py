@@ -51,16 +51,24 @@ class StaticTarget(TargetBackend):
         why = static_refusal(self.model)
         if why is not None:
             raise ValueError(f"target.backend=static {why} (use target.backend=hf)")
-        self.engine = Regenerator(
+        self.engine = self.new_engine()
+
+    def new_engine(self, graphs: bool | None = None) -> Regenerator:
+        """A fresh engine (cache, and CUDA graphs unless `graphs` is False) for this target's
+        settings; `graphs` None: on a GPU when regenerating (teacher forcing only prefills).
+        scripts/regen_repeat.py builds one per repeat."""
+        if graphs is None and not self.cfg.regenerate:
+            graphs = False
+        return Regenerator(
             self.model,
             self.layer_ids,
             # teacher forcing fills `prefill_group` rows at a time and needs no more
             slots=self.cfg.generate_batch if self.cfg.regenerate else self.prefill_group,
             # the longest sequence: a prompt of max_prompt_tokens and at least one new token
-            max_len=max(setup.max_length, setup.max_prompt_tokens) + 1,
+            max_len=max(self.setup.max_length, self.setup.max_prompt_tokens) + 1,
             eos=self._stop_ids(),
             nucleus=any(s.temperature > 0 and s.top_p < 1 for s in self.cfg.sampling),
-            graphs=None if self.cfg.regenerate else False,  # teacher forcing only prefills
+            graphs=graphs,
         )
 
     def _stop_ids(self) -> set[int]:
