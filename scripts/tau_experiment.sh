@@ -62,8 +62,9 @@
 # (the main runs `train` starts), ABLATE and SPEED (0: the pipeline skips the ablations / the
 # SPS table and the speed phase), CURVE (0:
 # no budget curve), ABL (the ablations `ablate` runs), ABL_LIMIT and ABL_PROCS (items and
-# processes of each ablation evaluation), EXTRA (overrides added to every command, e.g. to shrink
-# it on CPU), REGEN_EXTRA (to regeneration only, e.g. a smaller prompt pool), BASE
+# processes of each ablation evaluation), STEPS (a run's steps; default SAMPLES / MICRO: more
+# walk the file, which holds SAMPLES, more than once), EXTRA (overrides added to every command,
+# e.g. to shrink it on CPU), REGEN_EXTRA (to regeneration only, e.g. a smaller prompt pool), BASE
 # (report-ablate's baseline; default W/runs/dspark).
 set -euo pipefail
 SELF="$(cd "$(dirname "$0")" && pwd)/$(basename "$0")"
@@ -91,7 +92,7 @@ ABL=${ABL:-rope_partial rope_interleaved mla layers1 layers2 layers5 block16}  #
 EVAL_HELD=${EVAL_HELD:-64}  # held out of training: its eval, and STS fit/test prompts
 EXTRA=${EXTRA:-}
 REGEN_EXTRA=${REGEN_EXTRA:-}
-STEPS=$((SAMPLES / MICRO))
+STEPS=${STEPS:-$((SAMPLES / MICRO))}  # a run's steps; more than SAMPLES / MICRO walks its file again
 # regenerate leaves out samples whose prompt is longer than data.max_prompt_tokens (1,348 of
 # the first 16,032 of +recipe=smol_gpu's stream, 8.4 %): ask for 12 % more than a run takes
 NEED=$((SAMPLES + EVAL_HELD))  # the samples a run takes (its budget and the held-out ones)
@@ -101,6 +102,7 @@ mkdir -p "$W"
 [[ $GPUS =~ ^[1-9][0-9]*$ ]] || { echo "error: GPUS=$GPUS: a positive number of GPUs"; exit 1; }
 [[ $PROCS =~ ^[1-9][0-9]*$ ]] || { echo "error: PROCS=$PROCS: a positive number"; exit 1; }
 [[ $BATCH =~ ^[1-9][0-9]*$ ]] || { echo "error: BATCH=$BATCH: a positive number"; exit 1; }
+[[ $STEPS =~ ^[1-9][0-9]*$ ]] || { echo "error: STEPS=$STEPS: a positive number of steps"; exit 1; }
 
 running() {  # pid file: its process is alive
   [ -f "$1" ] && kill -0 "$(cat "$1")" 2> /dev/null

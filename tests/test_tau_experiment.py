@@ -289,3 +289,22 @@ def test_regenerated_data_travel_in_parts_and_regen_keeps_a_file_brought_in(tmp_
     assert not list(b.glob("regen[0-9]*.jsonl*"))  # the merged shards are gone
     usage = script(w=b)
     assert usage.returncode == 2 and "data-in DIR" in usage.stdout and "follow S" in usage.stdout
+
+
+def test_steps_sets_a_runs_length_apart_from_its_file(tmp_path):
+    """STEPS (default SAMPLES / MICRO) is the runs' train.steps, their warm-up 4 % of it: more
+    than SAMPLES / MICRO walks the file again; a file shorter than SAMPLES is still refused."""
+    w = tmp_path
+    (w / "regen.jsonl").write_text("".join(f'{{"g": {g}}}\n' for g in range(100)))
+    out = _run(w, "train", RUNS="dspark", SAMPLES="32", GPUS="1", STEPS="50")
+    assert out.returncode == 0, out.stdout + out.stderr
+    deadline = time.time() + 30
+    while not (w / "calls").exists():  # the lane starts the run in the background
+        assert time.time() < deadline
+        time.sleep(0.2)
+    call = (w / "calls").read_text()
+    assert "train.steps=50 train.warmup_steps=2 " in call and "train.micro_batch=16" in call
+    bad = _run(w, "train", RUNS="dspark", SAMPLES="32", GPUS="1", STEPS="0")
+    assert bad.returncode == 1 and "STEPS=0: a positive number of steps" in bad.stdout
+    short = _run(w, "train", RUNS="dspark", SAMPLES="64", GPUS="1", STEPS="500")
+    assert short.returncode == 1 and "has 100 samples; a run takes 128" in short.stdout
