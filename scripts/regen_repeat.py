@@ -1,8 +1,7 @@
 """Does regeneration repeat itself in one process, and where does a repeat first part?
 
     python scripts/regen_repeat.py --out JSON [--samples 512] [--repeats 2] [--same-engine]
-        [--no-graphs] [--sdpa default|math|efficient|cudnn] [--deterministic] [--device auto]
-        [overrides...]
+        [--no-graphs] [--sdpa default|math] [--deterministic] [--device auto] [overrides...]
 
 Why: five regenerations of one recipe and seed on H200s wrote five files, and two processes on
 one machine agreed on 201 of 939 samples (docs/ablations/tau_h200.md, pass 17), where the
@@ -18,9 +17,7 @@ reuses the first), and compares every repeat with the first, sample by sample:
   the first position whose state is not bit-identical.
 
 A state that differs before the tokens part says the forward is not repeatable (which switches
-change that: `--no-graphs`, `--sdpa` (one attention backend for every step: `math`, or on a GPU
-`efficient` or `cudnn`; flash takes no mask, which a decode step over the cache needs),
-`--deterministic` =
+change that: `--no-graphs`, `--sdpa math`, `--deterministic` =
 torch.use_deterministic_algorithms(warn_only) with CUBLAS_WORKSPACE_CONFIG; an op with no
 deterministic version only warns, and the report lists the warnings); tokens that part after
 bit-identical states point past the state: the LM head's product or the sampler (a sampled
@@ -48,14 +45,6 @@ from benchlib import write_report
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout, installed or not
 from serving import cli  # noqa: E402
 from splitserve.regenerate import compose_run_config, fitting_ids, target_and_stream  # noqa: E402
-
-# --sdpa: torch.nn.attention.SDPBackend member of each choice (default: torch picks per call)
-SDPA = {
-    "default": None,
-    "math": "MATH",
-    "efficient": "EFFICIENT_ATTENTION",
-    "cudnn": "CUDNN_ATTENTION",
-}
 
 
 def compare(a_ids, b_ids, a_final, b_final, prompt_len: int) -> dict:
@@ -113,7 +102,7 @@ def main(argv=None) -> None:
     p.add_argument("--repeats", type=cli.int_at_least(2), default=2, help="runs of them")
     p.add_argument("--same-engine", action="store_true", help="reuse the first run's engine")
     p.add_argument("--no-graphs", action="store_true", help="eager steps (no CUDA graphs)")
-    p.add_argument("--sdpa", choices=tuple(SDPA), default="default", help="attention backend")
+    p.add_argument("--sdpa", choices=("default", "math"), default="default", help="attention")
     p.add_argument(
         "--deterministic", action="store_true", help="torch.use_deterministic_algorithms"
     )
@@ -134,12 +123,10 @@ def main(argv=None) -> None:
         )
     graphs = device.type == "cuda" and not args.no_graphs
     attention = contextlib.nullcontext
-    if args.sdpa != "default":
-        if device.type != "cuda" and args.sdpa != "math":
-            p.error(f"--sdpa {args.sdpa}: a CUDA backend; on {device.type} only math or default")
+    if args.sdpa == "math":
         from torch.nn.attention import SDPBackend, sdpa_kernel
 
-        attention = lambda: sdpa_kernel([getattr(SDPBackend, SDPA[args.sdpa])])  # noqa: E731
+        attention = lambda: sdpa_kernel([SDPBackend.MATH])  # noqa: E731
     with attention(), warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         backend, stream = target_and_stream(cfg, device)

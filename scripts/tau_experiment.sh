@@ -454,7 +454,8 @@ sps)  # the target's verify step rate by width on an idle GPU (SGLang's kind of 
 pipeline)
   mkdir -p "$W"
   detach pipeline pipeline-fg
-  echo "started: the whole experiment ($SAMPLES samples per run); follow it with: follow S"
+  echo "started: the whole experiment ($STEPS steps x $MICRO samples per run, a file of" \
+    "$SAMPLES samples); follow it with: follow S"
   ;;
 pipeline-fg)
   step() { echo "### $(date +%T) $*"; "$@" || echo "### $(date +%T) failed: $*"; }
