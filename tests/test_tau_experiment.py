@@ -34,10 +34,12 @@ def _chain(w: Path, abl: str, **env) -> subprocess.Popen:
     )  # fmt: skip
 
 
-def _wait_for_evaluations(w: Path, chain: subprocess.Popen, n: int) -> None:
+def _wait_for_calls(w: Path, n: int, chain: subprocess.Popen | None = None) -> None:
+    """Until the stub PY has recorded n calls (evaluations, or a lane's training run), with
+    `chain`, if given, still running all the while."""
     calls, deadline = w / "calls", time.time() + 30
     while not calls.exists() or calls.read_text().count("\n") < n:
-        assert time.time() < deadline and chain.poll() is None
+        assert time.time() < deadline and (chain is None or chain.poll() is None)
         time.sleep(0.2)
 
 
@@ -79,7 +81,7 @@ def test_eval_ablate_takes_each_run_as_it_ends_and_skips_failed_ones(tmp_path):
     (w / "ablate/lane0.pid").write_text(str(lane.pid))
     chain = _chain(w, "layers1 mla layers2")
     try:
-        _wait_for_evaluations(w, chain, 2)  # dspark, mla
+        _wait_for_calls(w, 2, chain)  # dspark, mla
         time.sleep(1)
         assert chain.poll() is None  # waiting for layers2 while its lane lives
         (w / "ablate/layers2/summary.json").write_text("{}")
@@ -104,7 +106,7 @@ def test_eval_ablate_waits_for_a_training_run_whose_lane_is_gone(tmp_path):
     (w / "ablate/layers1.pid").write_text(str(training.pid))
     chain = _chain(w, "layers1 layers2")
     try:
-        _wait_for_evaluations(w, chain, 1)  # dspark's
+        _wait_for_calls(w, 1, chain)  # dspark's
         time.sleep(6)  # past one poll of the chain
         assert chain.poll() is None  # still waiting for layers1
         (w / "ablate/layers1/summary.json").write_text("{}")
@@ -137,7 +139,7 @@ def test_without_a_baseline_run_each_ablation_is_evaluated_as_it_ends(tmp_path, 
     (w / "ablate/lane0.pid").write_text(str(lane.pid))
     chain = _chain(w, abl, RUNS="")
     try:
-        _wait_for_evaluations(w, chain, 1)  # the first's, while the lane still lives
+        _wait_for_calls(w, 1, chain)  # the first's, while the lane still lives
         assert lane.poll() is None
         (w / f"ablate/{second}/summary.json").write_text("{}")
         lane.kill()
@@ -161,7 +163,7 @@ def test_with_two_gpus_a_run_that_ends_first_is_evaluated_first(tmp_path):
     (w / "ablate/layers2/summary.json").write_text("{}")  # lane 1 done
     chain = _chain(w, "layers1 layers2", RUNS="", GPUS="2")
     try:
-        _wait_for_evaluations(w, chain, 1)
+        _wait_for_calls(w, 1, chain)
         assert _evaluated(w) == [str(w / "ablate/layers2")] and chain.poll() is None
         (w / "ablate/layers1/summary.json").write_text("{}")
         training.kill()
@@ -298,10 +300,7 @@ def test_steps_sets_a_runs_length_apart_from_its_file(tmp_path):
     (w / "regen.jsonl").write_text("".join(f'{{"g": {g}}}\n' for g in range(100)))
     out = _run(w, "train", RUNS="dspark", SAMPLES="32", GPUS="1", STEPS="50")
     assert out.returncode == 0, out.stdout + out.stderr
-    deadline = time.time() + 30
-    while not (w / "calls").exists():  # the lane starts the run in the background
-        assert time.time() < deadline
-        time.sleep(0.2)
+    _wait_for_calls(w, 1)  # the lane starts the run in the background
     call = (w / "calls").read_text()
     assert "train.steps=50 train.warmup_steps=2 " in call and "train.micro_batch=16" in call
     bad = _run(w, "train", RUNS="dspark", SAMPLES="32", GPUS="1", STEPS="0")
