@@ -4,13 +4,17 @@ larger than the spread of the items they were measured on?
 Both drafts decoded the same items, so each bootstrap draw takes the same items (with
 replacement) for both and recomputes tau as emitted tokens over decode steps of the drawn
 items. Used by scripts/tau_table.py (the goals) and serving.ablation_report (each job against
-the first).
+the first) and the passes' `compare.py` in docs/ablations (`compare_parts` on two folders of
+reports). `bootstrap` draws one run's items alone, for a figure that scales with its tau (the
+speedup goal).
 """
 
 from __future__ import annotations
 
+import json
 import random
 from collections.abc import Callable
+from pathlib import Path
 
 Parts = dict[str, dict[int, tuple[int, int]]]  # bench -> {item: (emitted, steps)}
 
@@ -22,6 +26,36 @@ def item_parts(report: dict) -> dict[int, tuple[int, int]] | None:
     return {int(i): (e, n) for i, e, n in report["per_item"]}
 
 
+def folder_parts(folder: Path, benches: list[str]) -> Parts:
+    """bench -> {item: (emitted, steps)} from the `<bench>.json` reports serving.evaluate wrote
+    into one folder; a report without per_item is an error (no interval can come from it)."""
+    parts = {}
+    for bench in benches:
+        path = Path(folder) / f"{bench}.json"
+        parts[bench] = item_parts(json.loads(path.read_text()))
+        if parts[bench] is None:
+            raise ValueError(f"{path}: no per_item in the report; no interval can come from it")
+    return parts
+
+
+def compare_parts(a: Parts, b: Parts, name: str = "this") -> dict:
+    """Draft a against draft b on the same items: each one's tau by bench (under `name` and
+    "other"), the macro ratio a / b and each bench's difference a - b, each with its 95 %
+    paired interval."""
+    ta, tb = ({bench: _macro(p, {bench: sorted(p[bench])}) for bench in p} for p in (a, b))
+    out = {
+        name: ta,
+        "other": tb,
+        "macro_ratio": (sum(ta.values()) / len(ta)) / (sum(tb.values()) / len(tb)),
+        "macro_ratio_ci95": paired_bootstrap(a, b, lambda x, y: x / y),
+    }
+    for bench in a:
+        ci = paired_bootstrap({bench: a[bench]}, {bench: b[bench]}, lambda x, y: x - y)
+        out[f"{bench}_diff"] = ta[bench] - tb[bench]
+        out[f"{bench}_diff_ci95"] = ci
+    return out
+
+
 def paired_bootstrap(
     a: Parts, b: Parts, stat: Callable[[float, float], float], n: int = 2000, seed: int = 0
 ) -> list[float] | None:
@@ -30,20 +64,36 @@ def paired_bootstrap(
     same benches and items."""
     if a.keys() != b.keys() or any(a[bench].keys() != b[bench].keys() for bench in a):
         return None
+    return _interval(a, lambda draws: stat(_macro(a, draws), _macro(b, draws)), n, seed)
+
+
+def bootstrap(
+    a: Parts, stat: Callable[[float], float], n: int = 2000, seed: int = 0
+) -> list[float] | None:
+    """95 % interval of stat(macro tau of a) over draws of its items: for a figure that scales
+    with one run's tau (a speedup at that run's step costs); None when a has no items."""
+    if not a or not all(a.values()):
+        return None
+    return _interval(a, lambda draws: stat(_macro(a, draws)), n, seed)
+
+
+def _macro(parts: Parts, draws: dict[str, list[int]]) -> float:
+    """Mean over the benches of emitted tokens over decode steps of the drawn items."""
+    taus = []
+    for bench, its in draws.items():
+        emitted = sum(parts[bench][i][0] for i in its)
+        steps = sum(parts[bench][i][1] for i in its)
+        taus.append(emitted / max(1, steps))
+    return sum(taus) / len(taus)
+
+
+def _interval(parts: Parts, value: Callable[[dict], float], n: int, seed: int) -> list[float]:
+    """The 2.5 % and 97.5 % points of value(draws) over n draws of each bench's items (with
+    replacement, the same draws for every draft the value reads)."""
     rng = random.Random(seed)
-    items = {bench: sorted(a[bench]) for bench in a}
-
-    def macro(parts, draws):
-        taus = []
-        for bench in items:
-            emitted = sum(parts[bench][i][0] for i in draws[bench])
-            steps = sum(parts[bench][i][1] for i in draws[bench])
-            taus.append(emitted / max(1, steps))
-        return sum(taus) / len(taus)
-
-    values = []
-    for _ in range(n):
-        draws = {bench: rng.choices(its, k=len(its)) for bench, its in items.items()}
-        values.append(stat(macro(a, draws), macro(b, draws)))
-    values.sort()
+    items = {bench: sorted(parts[bench]) for bench in parts}
+    values = sorted(
+        value({bench: rng.choices(its, k=len(its)) for bench, its in items.items()})
+        for _ in range(n)
+    )
     return [round(values[int(0.025 * n)], 3), round(values[int(0.975 * n) - 1], 3)]

@@ -170,3 +170,36 @@ def test_a_run_started_from_earlier_weights_counts_their_samples_on_the_curve(tm
     assert out["samples_before"] == 60000 and out["budget_samples"] == 3200
     assert [c["samples"] for c in out["budget_curve_dspark"]] == [61600, 63200]
     assert [c["step"] for c in out["budget_curve_dspark"]] == [100, 200]
+
+
+def test_the_speedup_goal_gets_an_interval_from_its_run_s_items(tmp_path):
+    """A speedup scales with its run's tau at fixed step costs: items that spread widely leave
+    a speedup 0.1 % above 2x unsettled; the same run with items that agree settles it."""
+
+    def speed_report(per_item, speedup):
+        e, n = (sum(r[k] for r in per_item) for k in (1, 2))
+        rep = {"tau": e / n, "speedup": speedup, "mean_verify_width": 8.0, "items": len(per_item)}
+        rep |= {"speculative": {"tokens_per_s": 2002.0, "step_ms": 2.0}}
+        rep |= {"target_only": {"tokens_per_s": 1000.0}, "per_item": per_item}
+        write(tmp_path / "speed" / "dspark-fixed" / "gsm8k.json", rep)
+        return assemble(tmp_path, 100, 16, [])["goals"][
+            "speculative >= 2x target-only on the runtime (gsm8k)"
+        ]
+
+    spread = [[i, (20, 40, 60)[i % 3], 10] for i in range(60)]  # 2, 4 or 6 tokens a step
+    goal = speed_report(spread, 2.002)
+    lo, hi = goal["speedup_ci95"]
+    assert goal["met"] and lo < 2.0 < hi and goal["settled"] is False
+    assert hi - lo > 0.2  # tau's spread over items (~+-8 %), carried into the speedup
+    even = [[i, 40, 10] for i in range(60)]  # every item 4 tokens a step: no spread
+    goal = speed_report(even, 2.002)
+    assert goal["speedup_ci95"] == [2.002, 2.002] and goal["settled"] is True
+    # a report without per-item parts: no interval, nothing invented
+    rep_path = tmp_path / "speed" / "dspark-fixed" / "gsm8k.json"
+    rep = json.loads(rep_path.read_text())
+    del rep["per_item"]
+    write(rep_path, rep)
+    goal = assemble(tmp_path, 100, 16, [])["goals"][
+        "speculative >= 2x target-only on the runtime (gsm8k)"
+    ]
+    assert goal == {"value": 2.002, "limit": 2.0, "met": True}

@@ -11,43 +11,22 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[2]))
-from serving.intervals import item_parts, paired_bootstrap  # noqa: E402
+from serving.intervals import compare_parts, folder_parts  # noqa: E402
 
 
-def parts(d: Path, benches):
-    return {b: item_parts(json.loads((d / f"{b}.json").read_text())) for b in benches}
-
-
-def tau(p):
-    return {b: sum(e for e, _ in v.values()) / sum(n for _, n in v.values()) for b, v in p.items()}
-
-
-def compare(a, b) -> dict:
-    ta, tb = tau(a), tau(b)
-    out = {
-        "pass18": ta,
-        "other": tb,
-        "macro_ratio": (sum(ta.values()) / len(ta)) / (sum(tb.values()) / len(tb)),
-        "macro_ratio_ci95": paired_bootstrap(a, b, lambda x, y: x / y),
-    }
-    for bench in a:
-        ci = paired_bootstrap({bench: a[bench]}, {bench: b[bench]}, lambda x, y: x - y)
-        out[f"{bench}_diff"] = ta[bench] - tb[bench]
-        out[f"{bench}_diff_ci95"] = ci
-    return out
+def compare(a: Path, b: Path, benches) -> dict:
+    return compare_parts(folder_parts(a, benches), folder_parts(b, benches), name="pass18")
 
 
 full, two = ["gsm8k", "mtbench", "humaneval"], ["gsm8k", "mtbench"]
 res = {
     f"vs_pass13_{t}": compare(
-        parts(HERE / f"eval/dspark-{t}", full),
-        parts(HERE.parent / f"tau_h200_pass13/eval/dspark-{t}", full),
+        HERE / f"eval/dspark-{t}", HERE.parent / f"tau_h200_pass13/eval/dspark-{t}", full
     )
     for t in ("t0", "t1")
 }
 res["vs_pass17_baseline_t0"] = compare(
-    parts(HERE / "eval/dspark-t0", two),
-    parts(HERE.parent / "tau_h200_pass17/runs/dspark/eval/step-00001875-t0", two),
+    HERE / "eval/dspark-t0", HERE.parent / "tau_h200_pass17/runs/dspark/eval/step-00001875-t0", two
 )
 (HERE / "compare.json").write_text(json.dumps(res, indent=1) + "\n")
 for k, v in res.items():

@@ -1,0 +1,46 @@
+"""serving.intervals: the paired comparison of two drafts' report folders, and the one-run
+interval, on real report files."""
+
+import json
+
+import pytest
+
+from serving.intervals import bootstrap, compare_parts, folder_parts
+
+
+def report(folder, bench, per_item):
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{bench}.json").write_text(json.dumps({"tau": 0.0, "per_item": per_item}))
+
+
+def test_compare_parts_gives_each_bench_its_tau_and_the_paired_intervals(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    # a emits 3 tokens a step on every item, b 2 on even items and 3 on odd ones
+    report(a, "gsm8k", [[i, 30, 10] for i in range(40)])
+    report(b, "gsm8k", [[i, 20 if i % 2 == 0 else 30, 10] for i in range(40)])
+    report(a, "mtbench", [[i, 40, 10] for i in range(20)])
+    report(b, "mtbench", [[i, 40, 10] for i in range(20)])
+    out = compare_parts(
+        folder_parts(a, ["gsm8k", "mtbench"]), folder_parts(b, ["gsm8k", "mtbench"])
+    )
+    assert out["this"] == {"gsm8k": 3.0, "mtbench": 4.0}
+    assert out["other"] == {"gsm8k": 2.5, "mtbench": 4.0}
+    assert out["macro_ratio"] == pytest.approx(3.5 / 3.25)
+    lo, hi = out["macro_ratio_ci95"]
+    assert 1.0 < lo <= out["macro_ratio"] <= hi  # a never loses an item: settled above 1
+    assert out["gsm8k_diff"] == 0.5 and out["mtbench_diff"] == 0.0
+    assert out["mtbench_diff_ci95"] == [0.0, 0.0]
+    assert compare_parts(folder_parts(a, ["gsm8k"]), folder_parts(b, ["gsm8k"]), "p19")["p19"]
+
+
+def test_a_report_without_per_item_parts_is_named(tmp_path):
+    (tmp_path / "gsm8k.json").write_text(json.dumps({"tau": 2.0}))
+    with pytest.raises(ValueError, match="gsm8k.json: no per_item"):
+        folder_parts(tmp_path, ["gsm8k"])
+
+
+def test_bootstrap_of_one_run_scales_with_its_tau_and_needs_items():
+    parts = {"gsm8k": {i: (20 if i % 2 else 40, 10) for i in range(50)}}  # tau 3 over the set
+    lo, hi = bootstrap(parts, lambda t: 2.0 * t / 3.0)
+    assert lo < 2.0 < hi and hi - lo > 0.1
+    assert bootstrap({"gsm8k": {}}, lambda t: t) is None and bootstrap({}, lambda t: t) is None
