@@ -33,7 +33,7 @@ def folder_parts(folder: Path, benches: list[str]) -> Parts:
     for bench in benches:
         path = Path(folder) / f"{bench}.json"
         parts[bench] = item_parts(json.loads(path.read_text()))
-        if parts[bench] is None:
+        if not parts[bench]:
             raise ValueError(f"{path}: no per_item in the report; no interval can come from it")
     return parts
 

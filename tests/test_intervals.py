@@ -33,8 +33,21 @@ def test_compare_parts_gives_each_bench_its_tau_and_the_paired_intervals(tmp_pat
     assert compare_parts(folder_parts(a, ["gsm8k"]), folder_parts(b, ["gsm8k"]), "p19")["p19"]
 
 
+def test_the_comparison_is_paired_over_items():
+    """b emits 5 tokens fewer than a on every item, whose own taus spread from 1 to 7: drawn
+    together the difference never moves; drawn apart it would spread over the items' range."""
+    a = {"gsm8k": {i: ((10, 70)[i % 2], 10) for i in range(40)}}
+    b = {"gsm8k": {i: (e - 5, n) for i, (e, n) in a["gsm8k"].items()}}
+    out = compare_parts(a, b)
+    assert out["gsm8k_diff"] == pytest.approx(0.5)
+    assert out["gsm8k_diff_ci95"] == [0.5, 0.5]
+
+
 def test_a_report_without_per_item_parts_is_named(tmp_path):
     (tmp_path / "gsm8k.json").write_text(json.dumps({"tau": 2.0}))
+    with pytest.raises(ValueError, match="gsm8k.json: no per_item"):
+        folder_parts(tmp_path, ["gsm8k"])
+    (tmp_path / "gsm8k.json").write_text(json.dumps({"tau": 2.0, "per_item": []}))
     with pytest.raises(ValueError, match="gsm8k.json: no per_item"):
         folder_parts(tmp_path, ["gsm8k"])
 
