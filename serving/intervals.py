@@ -42,7 +42,7 @@ def compare_parts(a: Parts, b: Parts, name: str = "this") -> dict:
     """Draft a against draft b on the same items: each one's tau by bench (under `name` and
     "other"), the macro ratio a / b and each bench's difference a - b, each with its 95 %
     paired interval."""
-    ta, tb = ({bench: _macro(p, {bench: sorted(p[bench])}) for bench in p} for p in (a, b))
+    ta, tb = ({bench: macro_tau({bench: p[bench]}) for bench in p} for p in (a, b))
     out = {
         name: ta,
         "other": tb,
@@ -75,6 +75,11 @@ def bootstrap(
     if not a or not all(a.values()):
         return None
     return _interval(a, lambda draws: stat(_macro(a, draws)), n, seed)
+
+
+def macro_tau(parts: Parts) -> float:
+    """The mean over the benches of each one's tau on all its items (emitted over steps)."""
+    return _macro(parts, {bench: list(items) for bench, items in parts.items()})
 
 
 def _macro(parts: Parts, draws: dict[str, list[int]]) -> float:

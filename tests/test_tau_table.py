@@ -9,6 +9,8 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 from tau_table import assemble  # noqa: E402  (scripts/)
 
+from serving.intervals import bootstrap  # noqa: E402
+
 TAUS = {"dspark": 2.0, "dflash": 1.5, "eagle3": 1.8}
 
 
@@ -176,7 +178,6 @@ def test_the_speedup_goal_gets_an_interval_from_its_run_s_items(tmp_path):
     """A speedup scales with its run's tau at fixed step costs: items that spread widely leave
     a speedup 0.1 % above 2x unsettled; the same run with items that agree settles it, also at
     exactly 2x (the goal is >= 2x)."""
-    from serving.intervals import bootstrap
 
     def speed_report(per_item, speedup):
         e, n = (sum(r[k] for r in per_item) for k in (1, 2))
