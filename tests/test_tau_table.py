@@ -210,3 +210,31 @@ def test_the_speedup_goal_gets_an_interval_from_its_run_s_items(tmp_path):
         "limit": 2.0,
         "met": True,
     }
+
+
+def test_the_greedy_goals_get_an_interval_of_their_bench_s_tau_over_its_items(tmp_path):
+    """GSM8K's 3.5 and MT-Bench's 2.5 are read with the spread of their items: a tau just
+    above its goal over items that spread widely is met but not settled; one whose items
+    agree is settled, also at exactly the goal (>=), and one clearly below is settled as
+    missed."""
+
+    def greedy_goals(gsm8k_items, mtbench_items):
+        for bench, per_item in (("gsm8k", gsm8k_items), ("mtbench", mtbench_items)):
+            e, n = (sum(r[k] for r in per_item) for k in (1, 2))
+            rep = {"tau": e / n, "turns": len(per_item), "per_item": per_item}
+            rep["acceptance_by_position"] = [0.5]
+            write(tmp_path / "eval" / "dspark-t0" / f"{bench}.json", rep)
+        goals = assemble(tmp_path, 100, 16, [])["goals"]
+        return goals["dspark greedy tau gsm8k >= 3.5"], goals["dspark greedy tau mtbench >= 2.5"]
+
+    spread = [[i, (10, 61)[i % 2], 10] for i in range(60)]  # 1 or 6.1 tokens a step: 3.55
+    below = [[i, 20, 10] for i in range(80)]  # 2.0 a step on every item
+    gsm8k, mtbench = greedy_goals(spread, below)
+    lo, hi = gsm8k["tau_ci95"]
+    assert gsm8k["met"] and lo < 3.5 < hi and gsm8k["settled"] is False
+    tlo, thi = bootstrap({"gsm8k": {i: (e, n) for i, e, n in spread}}, lambda t: t)
+    assert [lo, hi] == [tlo, thi]  # the bench's own tau over draws of its items
+    assert mtbench["tau_ci95"] == [2.0, 2.0] and not mtbench["met"] and mtbench["settled"]
+    exact = [[i, 35, 10] for i in range(60)]  # exactly 3.5 a step on every item
+    gsm8k, _ = greedy_goals(exact, below)
+    assert gsm8k["tau_ci95"] == [3.5, 3.5] and gsm8k["met"] and gsm8k["settled"] is True
