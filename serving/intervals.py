@@ -5,7 +5,7 @@ Both drafts decoded the same items, so each bootstrap draw takes the same items 
 replacement) for both and recomputes tau as emitted tokens over decode steps of the drawn
 items. Used by scripts/tau_table.py (the goals) and serving.ablation_report (each job against
 the first) and the passes' `compare.py` in docs/ablations (`compare_parts` on two folders of
-reports). `bootstrap` draws one run's items alone, for a figure that scales with its tau (the
+reports, `comparison_lines` to print them). `bootstrap` draws one run's items alone, for a figure that scales with its tau (the
 speedup goal).
 """
 
@@ -54,6 +54,20 @@ def compare_parts(a: Parts, b: Parts, name: str = "this") -> dict:
         out[f"{bench}_diff"] = ta[bench] - tb[bench]
         out[f"{bench}_diff_ci95"] = ci
     return out
+
+
+def comparison_lines(comparisons: dict[str, dict], name: str = "this") -> list[str]:
+    """compare_parts' results, keyed by what was compared, as lines to print: each one's macro
+    ratio with its interval, then each bench's taus and difference with its interval."""
+    lines = []
+    for key, c in comparisons.items():
+        lo, hi = c["macro_ratio_ci95"]
+        lines.append(f"{key}: macro x{c['macro_ratio']:.3f} ({lo:.3f}-{hi:.3f})")
+        for bench, mine in c[name].items():
+            d, (lo, hi) = c[f"{bench}_diff"], c[f"{bench}_diff_ci95"]
+            other = c["other"][bench]
+            lines.append(f"  {bench}: {mine:.3f} vs {other:.3f}, {d:+.3f} ({lo:+.3f}, {hi:+.3f})")
+    return lines
 
 
 def paired_bootstrap(

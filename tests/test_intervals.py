@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from serving.intervals import bootstrap, compare_parts, folder_parts
+from serving.intervals import bootstrap, compare_parts, comparison_lines, folder_parts
 
 
 def report(folder, bench, per_item):
@@ -57,3 +57,14 @@ def test_bootstrap_of_one_run_scales_with_its_tau_and_needs_items():
     lo, hi = bootstrap(parts, lambda t: 2.0 * t / 3.0)
     assert lo < 2.0 < hi and hi - lo > 0.1
     assert bootstrap({"gsm8k": {}}, lambda t: t) is None and bootstrap({}, lambda t: t) is None
+
+
+def test_comparison_lines_print_the_macro_ratio_then_each_bench_with_its_interval(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    report(a, "gsm8k", [[i, 30, 10] for i in range(40)])
+    report(b, "gsm8k", [[i, 20, 10] for i in range(40)])
+    c = compare_parts(folder_parts(a, ["gsm8k"]), folder_parts(b, ["gsm8k"]), "new")
+    assert comparison_lines({"vs_old": c}, "new") == [
+        "vs_old: macro x1.500 (1.500-1.500)",
+        "  gsm8k: 3.000 vs 2.000, +1.000 (+1.000, +1.000)",
+    ]

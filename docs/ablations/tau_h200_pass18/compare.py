@@ -11,7 +11,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[2]))
-from serving.intervals import compare_parts, folder_parts  # noqa: E402
+from serving.intervals import compare_parts, comparison_lines, folder_parts  # noqa: E402
 
 
 def compare(a: Path, b: Path, benches) -> dict:
@@ -29,10 +29,4 @@ res["vs_pass17_baseline_t0"] = compare(
     HERE / "eval/dspark-t0", HERE.parent / "tau_h200_pass17/runs/dspark/eval/step-00001875-t0", two
 )
 (HERE / "compare.json").write_text(json.dumps(res, indent=1) + "\n")
-for k, v in res.items():
-    lo, hi = v["macro_ratio_ci95"]
-    print(f"{k}: macro x{v['macro_ratio']:.3f} ({lo:.3f}-{hi:.3f})")
-    for bench in v["pass18"]:
-        d, (lo, hi) = v[f"{bench}_diff"], v[f"{bench}_diff_ci95"]
-        mine, other = v["pass18"][bench], v["other"][bench]
-        print(f"  {bench}: {mine:.3f} vs {other:.3f}, {d:+.3f} ({lo:+.3f}, {hi:+.3f})")
+print("\n".join(comparison_lines(res, "pass18")))

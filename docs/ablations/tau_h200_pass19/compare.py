@@ -11,7 +11,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[2]))
-from serving.intervals import compare_parts, folder_parts  # noqa: E402
+from serving.intervals import compare_parts, comparison_lines, folder_parts  # noqa: E402
 
 BENCHES = ["gsm8k", "mtbench", "humaneval"]
 mine = folder_parts(HERE / "eval/dspark-t0", BENCHES)
@@ -22,10 +22,4 @@ res = {
     for other in ("pass18", "pass13")
 }
 (HERE / "compare.json").write_text(json.dumps(res, indent=1) + "\n")
-for k, v in res.items():
-    lo, hi = v["macro_ratio_ci95"]
-    print(f"{k}: macro x{v['macro_ratio']:.3f} ({lo:.3f}-{hi:.3f})")
-    for bench in BENCHES:
-        d, (lo, hi) = v[f"{bench}_diff"], v[f"{bench}_diff_ci95"]
-        a, b = v["pass19"][bench], v["other"][bench]
-        print(f"  {bench}: {a:.3f} vs {b:.3f}, {d:+.3f} ({lo:+.3f}, {hi:+.3f})")
+print("\n".join(comparison_lines(res, "pass19")))
