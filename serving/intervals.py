@@ -5,8 +5,8 @@ Both drafts decoded the same items, so each bootstrap draw takes the same items 
 replacement) for both and recomputes tau as emitted tokens over decode steps of the drawn
 items. Used by scripts/tau_table.py (the goals) and serving.ablation_report (each job against
 the first) and the passes' `compare.py` in docs/ablations (`compare_parts` on two folders of
-reports, `comparison_lines` to print them). `bootstrap` draws one run's items alone, for a figure that scales with its tau (the
-speedup goal).
+reports, `comparison_lines` to print them). `bootstrap` draws one run's items alone, for a
+figure that scales with its tau (the speedup and greedy goals).
 """
 
 from __future__ import annotations

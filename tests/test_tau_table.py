@@ -7,7 +7,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from tau_table import assemble  # noqa: E402  (scripts/)
+from tau_table import _settled, assemble  # noqa: E402  (scripts/)
 
 from serving.intervals import bootstrap  # noqa: E402
 
@@ -238,3 +238,12 @@ def test_the_greedy_goals_get_an_interval_of_their_bench_s_tau_over_its_items(tm
     exact = [[i, 35, 10] for i in range(60)]  # exactly 3.5 a step on every item
     gsm8k, _ = greedy_goals(exact, below)
     assert gsm8k["tau_ci95"] == [3.5, 3.5] and gsm8k["met"] and gsm8k["settled"] is True
+
+
+def test_a_goal_is_settled_only_when_its_interval_lies_on_one_side_of_its_limit():
+    """At the limit itself: a >= goal is settled met by an interval that starts there and
+    settled missed by none that ends there; a strict (>) goal the other way round."""
+    assert _settled([3.5, 3.6], 3.5) and not _settled([3.5, 3.6], 3.5, strict=True)
+    assert not _settled([3.4, 3.5], 3.5) and _settled([3.4, 3.5], 3.5, strict=True)
+    assert not _settled([3.4, 3.6], 3.5) and not _settled([3.4, 3.6], 3.5, strict=True)
+    assert _settled([3.2, 3.4], 3.5) and _settled([3.6, 3.7], 3.5, strict=True)
