@@ -192,12 +192,13 @@ def assemble(
     return out
 
 
-def _item_parts(results: Path, draft: str, temp: str) -> Parts | None:
-    """bench -> {item: (emitted, steps)} of one draft at one temperature; None if a report
-    lacks per-item parts."""
+def _parts(folder: Path | None, benches) -> Parts | None:
+    """bench -> {item: (emitted, steps)} from the reports in one folder; None if there is no
+    folder, or a report is missing or lacks per-item parts (no interval then; the folders of
+    serving.intervals.folder_parts, which refuses those, are complete by construction)."""
     parts = {}
-    for bench in BENCHES:
-        rep = _load(results / "eval" / f"{draft}-{temp}" / f"{bench}.json")
+    for bench in benches:
+        rep = folder and _load(folder / f"{bench}.json")
         parts[bench] = rep and item_parts(rep)
         if not parts[bench]:
             return None
@@ -225,9 +226,8 @@ def goals(out: dict, results: Path | None = None) -> dict:
     def greedy(bench, limit):
         # tau of one bench over draws of its items (the run's own spread, not between runs)
         g = goal(out["dspark"][bench]["greedy"], limit)
-        rep = results and _load(results / "eval" / "dspark-t0" / f"{bench}.json")
-        run = {bench: rep and item_parts(rep)}
-        if g and run[bench]:
+        run = _parts(results and results / "eval" / "dspark-t0", [bench])
+        if g and run:
             ci = bootstrap(run, lambda t: t)
             g |= {"tau_ci95": ci, "settled": _settled(ci, limit)}
         return g
@@ -236,7 +236,7 @@ def goals(out: dict, results: Path | None = None) -> dict:
     speed = out["speed_gsm8k"].get("dspark-fixed", {}).get("speedup")
     vs_dflash = goal(ds["macro"]["t1"], df["macro"]["t1"] and 1.10 * df["macro"]["t1"])
     vs_eagle3 = goal(ds["macro"]["t1"], ea["macro"]["t1"], strict=True)
-    parts = {d: results and _item_parts(results, d, "t1") for d in DRAFTS}
+    parts = {d: _parts(results and results / "eval" / f"{d}-t1", BENCHES) for d in DRAFTS}
     if vs_dflash and parts["dspark"] and parts["dflash"]:
         ci = paired_bootstrap(parts["dspark"], parts["dflash"], lambda x, y: x / y)
         if ci:
@@ -247,9 +247,8 @@ def goals(out: dict, results: Path | None = None) -> dict:
         if ci:
             vs_eagle3 |= {"difference_ci95": ci, "settled": _settled(ci, 0.0, strict=True)}
     vs_target = goal(speed, 2.0)
-    rep = results and _load(results / "speed" / "dspark-fixed" / "gsm8k.json")
-    run = {"gsm8k": rep and item_parts(rep)}
-    if vs_target and run["gsm8k"]:
+    run = _parts(results and results / "speed" / "dspark-fixed", ["gsm8k"])
+    if vs_target and run:
         # the spread of the items only: the two step costs are held at this run's
         tau = macro_tau(run)
         ci = bootstrap(run, lambda t: speed * t / tau)

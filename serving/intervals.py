@@ -46,7 +46,7 @@ def compare_parts(a: Parts, b: Parts, name: str = "this") -> dict:
     out = {
         name: ta,
         "other": tb,
-        "macro_ratio": (sum(ta.values()) / len(ta)) / (sum(tb.values()) / len(tb)),
+        "macro_ratio": macro_tau(a) / macro_tau(b),
         "macro_ratio_ci95": paired_bootstrap(a, b, lambda x, y: x / y),
     }
     for bench in a:
