@@ -41,7 +41,10 @@
 # (ABL_PROCS processes).
 # Background phases run under setsid (they outlive the call that started them while the machine
 # stays warm: keep calls back to back, an idle machine is released after ~30 s); `wait` polls
-# them. Measured on two H200s (docs/ablations/tau_h200.md): regen 90-96 samples/s per GPU;
+# them. `pipeline` runs from a copy of the code in W/src: each device call replaces the
+# checkout's files, and a process that starts then (a run, an evaluation) can find a module
+# missing (pass 21); the shared data are read where they are (SPLITSERVE_SHARED_DATA).
+# Measured on two H200s (docs/ablations/tau_h200.md): regen 90-96 samples/s per GPU;
 # training ~76 samples/s over the two GPUs whether 3 or 10 runs share them (time-sliced: three
 # runs of 750 steps take ~9.5 min, ten 2.2 s/step); a trainer with a GPU of its own 0.21-0.23
 # s/step (pass 4, four H200s; 0.24-0.26 s for 16,000-sample runs on one H200, pass 6);
@@ -65,7 +68,8 @@
 # processes of each ablation evaluation), STEPS (a run's steps; default SAMPLES / MICRO: more
 # walk the file, which holds SAMPLES, more than once), EXTRA (overrides added to every command,
 # e.g. to shrink it on CPU), REGEN_EXTRA (to regeneration only, e.g. a smaller prompt pool), BASE
-# (report-ablate's baseline; default W/runs/dspark).
+# (report-ablate's baseline; default W/runs/dspark), POLL (seconds between `wait`'s and
+# `follow`'s looks; default 30).
 set -euo pipefail
 SELF="$(cd "$(dirname "$0")" && pwd)/$(basename "$0")"
 cd "$(dirname "$0")/.."
@@ -92,6 +96,7 @@ ABL=${ABL:-rope_partial rope_interleaved mla layers1 layers2 layers5 block16}  #
 EVAL_HELD=${EVAL_HELD:-64}  # held out of training: its eval, and STS fit/test prompts
 EXTRA=${EXTRA:-}
 REGEN_EXTRA=${REGEN_EXTRA:-}
+POLL=${POLL:-30}
 STEPS=${STEPS:-$((SAMPLES / MICRO))}  # a run's steps; more than SAMPLES / MICRO walks its file again
 # regenerate leaves out samples whose prompt is longer than data.max_prompt_tokens (1,348 of
 # the first 16,032 of +recipe=smol_gpu's stream, 8.4 %): ask for 12 % more than a run takes
@@ -103,6 +108,7 @@ mkdir -p "$W"
 [[ $PROCS =~ ^[1-9][0-9]*$ ]] || { echo "error: PROCS=$PROCS: a positive number"; exit 1; }
 [[ $BATCH =~ ^[1-9][0-9]*$ ]] || { echo "error: BATCH=$BATCH: a positive number"; exit 1; }
 [[ $STEPS =~ ^[1-9][0-9]*$ ]] || { echo "error: STEPS=$STEPS: a positive number of steps"; exit 1; }
+[[ $POLL =~ ^[1-9][0-9]*$ ]] || { echo "error: POLL=$POLL: a positive number of seconds"; exit 1; }
 
 running() {  # pid file: its process is alive
   [ -f "$1" ] && kill -0 "$(cat "$1")" 2> /dev/null
@@ -132,6 +138,20 @@ detach() {  # name (W/name.log and W/name.pid), then a subcommand of this script
   shift
   setsid nohup bash "$SELF" "$@" > "$W/$name.log" 2>&1 &
   echo $! > "$W/$name.pid"
+}
+
+snapshot() {  # DIR: a copy of this checkout's code for a background job (no git, docs, tests,
+  # local data or bundles; nor W, if it lies inside the checkout)
+  local dir=$1 rel
+  local skip=(--exclude=./.git --exclude=./.gpu --exclude=./.data --exclude=./.venv
+    --exclude=./docs --exclude=./tests)
+  rel=$(realpath -m --relative-to=. "$W")
+  [[ $rel == ..* || $rel == /* ]] || skip+=("--exclude=./$rel")
+  rm -rf "$dir.partial"
+  mkdir -p "$dir.partial"
+  tar -cf - "${skip[@]}" . | tar -xf - -C "$dir.partial"
+  rm -rf "$dir"
+  mv "$dir.partial" "$dir"
 }
 
 evaluate_one() {  # log name (W/name.log), then serving.evaluate's flags: one evaluation, in the
@@ -303,7 +323,7 @@ wait)
     fi
     [ "$alive" = 0 ] && break
     [ $SECONDS -ge $end ] && { echo "still running: $alive"; exit 0; }
-    sleep 30
+    sleep "$POLL"
   done
   for f in "$W/$group"/*.log; do
     [ -f "$f" ] || continue  # none: e.g. regen kept a file brought by data-in
@@ -453,7 +473,9 @@ sps)  # the target's verify step rate by width on an idle GPU (SGLang's kind of 
   ;;
 pipeline)
   mkdir -p "$W"
-  detach pipeline pipeline-fg
+  snapshot "$W/src"
+  export SPLITSERVE_SHARED_DATA=${SPLITSERVE_SHARED_DATA:-$(cd .. && pwd)/shared/data}
+  SELF="$W/src/scripts/tau_experiment.sh" detach pipeline pipeline-fg
   echo "started: the whole experiment ($STEPS steps x $MICRO samples per run, a file of" \
     "$SAMPLES samples); follow it with: follow S"
   ;;
@@ -487,7 +509,7 @@ follow)  # print the pipeline's progress every 30 s until it ends or S seconds p
     { grep '^### ' "$W/pipeline.log" || true; } | tail -n 1  # none yet at the start
     tail -n 2 "$W/pipeline.log" | cut -c1-200
     [ $SECONDS -ge $end ] && { echo "still running"; break; }
-    sleep 30
+    sleep "$POLL"
   done
   running "$W/pipeline.pid" || tail -n 40 "$W/pipeline.log" | cut -c1-300
   [ -z "${3:-}" ] || bash "$SELF" snap "$3"

@@ -6,20 +6,26 @@ DIR holds `eval/<draft>-t<T>/<bench>.json` (serving.evaluate, tau-only, the item
 `eval/curve-step-N/gsm8k.json` (DSpark's earlier checkpoints), `speed/<name>/gsm8k.json`
 (single-stream runs with target-only decoding), `speed/sts.json` (with `sts_report.json`: ECE/AUC
 on the fit and test prompts), `speed/sps.json` (whole decode steps by verify width;
-`sps_verify.json`: the target's verify alone) and
-`runs/<draft>/metrics.jsonl`. The table keeps the issue's shape ({draft: {bench: {greedy, t1}}},
-budget_samples, commands) and adds acceptance by position, macro tau, the budget curve, the
-speedups and the goals (value, limit, met) computed from those figures. Where the reports
-carry `per_item` (serving.evaluate writes it), the two comparisons between drafts also get a 95 %
-interval from a paired bootstrap over items (`settled`: the interval lies on one side of the
-limit), the two greedy ones an interval of their bench's tau over its items, and the speedup one
-from its run's items with both step costs held (the interval leaves out how step costs vary
-between runs); without it a goal met by a small margin is not a result.
+`sps_verify.json`: the target's verify alone) and `runs/<draft>/metrics.jsonl` (or
+`metrics.jsonl.gz`, as the passes keep it in git). The table keeps the issue's shape ({draft:
+{bench: {greedy, t1}}}, budget_samples, commands) and adds acceptance by position, macro tau,
+the budget curve, the speedups and the goals (value, limit, met) computed from those figures.
+Where the reports carry `per_item` (serving.evaluate writes it), the two comparisons between
+drafts also get a 95 % interval from a paired bootstrap over items (`settled`: the interval lies
+on one side of the limit), the two greedy ones an interval of their bench's tau over its items,
+and the speedup one from its run's items with both step costs held (the interval leaves out how
+step costs vary between runs); without it a goal met by a small margin is not a result.
+
+`--draft-results DRAFT=DIR` reads one draft's files (its `eval/<draft>-t<T>/` and
+`runs/<draft>/`; for DSpark also the curve and `speed/`) from another pass's folder: a draft
+trained in another pass on the same files to the same budget (pass 21: DFlash here, DSpark from
+pass 18), so the goals between drafts compare them at equal budgets.
 """
 
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import re
 import sys
@@ -66,9 +72,15 @@ def assemble(
     commands: list[str],
     notes: list[str] = (),
     samples_before: int = 0,
+    draft_results: dict[str, Path] | None = None,
 ) -> dict:
     """`samples_before`: training samples the drafts had seen before these runs (runs started
-    with train.init_from): the budget curve counts them, since a step counts from 0 again."""
+    with train.init_from): the budget curve counts them, since a step counts from 0 again.
+    `draft_results`: {draft: folder} for drafts whose files are in another pass's folder."""
+    roots = {d: Path((draft_results or {}).get(d, results)) for d in DRAFTS}
+    unknown = set(draft_results or {}) - set(DRAFTS)
+    if unknown:
+        raise ValueError(f"draft_results: unknown drafts {sorted(unknown)} (allowed: {DRAFTS})")
     table: dict = {}
     acceptance: dict = {}
     for d in DRAFTS:
@@ -76,7 +88,7 @@ def assemble(
         for bench in BENCHES:
             row[bench], acc[bench] = {}, {}
             for name, t in TEMPS.items():
-                rep = _load(results / "eval" / f"{d}-{t}" / f"{bench}.json")
+                rep = _load(roots[d] / "eval" / f"{d}-{t}" / f"{bench}.json")
                 row[bench][name] = _r(rep and rep["tau"])
                 acc[bench][name] = rep and [_r(a) for a in rep["acceptance_by_position"]]
                 if rep:
@@ -89,7 +101,7 @@ def assemble(
         }
         table[d], acceptance[d] = row, acc
     curve, item_sets = [], []
-    for p in sorted(results.glob("eval/curve-step-*/gsm8k.json")):
+    for p in sorted(roots["dspark"].glob("eval/curve-step-*/gsm8k.json")):
         step = int(re.fullmatch(r"curve-step-(\d+)", p.parent.name).group(1))
         rep = _load(p)
         curve.append(
@@ -102,7 +114,7 @@ def assemble(
         item_sets.append({i for i, _, _ in rep.get("per_item", [])})
     # the items every curve point was evaluated on (none known if a report lacks per_item)
     curve_items = set.intersection(*item_sets) if item_sets and all(item_sets) else None
-    final = _load(results / "eval" / "dspark-t0" / "gsm8k.json")
+    final = _load(roots["dspark"] / "eval" / "dspark-t0" / "gsm8k.json")
     if curve_items and final and "per_item" in final:
         # the last checkpoint on the curve's own items (the first CURVE_LIMIT of the 200)
         parts = [(e, n) for i, e, n in final["per_item"] if i in curve_items]
@@ -123,7 +135,7 @@ def assemble(
             )
     curve.sort(key=lambda c: c["step"])
     speed = {}
-    for p in sorted(results.glob("speed/*/gsm8k.json")):
+    for p in sorted(roots["dspark"].glob("speed/*/gsm8k.json")):  # DSpark's timed runs
         rep = _load(p)
         speed[p.parent.name] = {
             "tau": _r(rep["tau"]),
@@ -138,9 +150,9 @@ def assemble(
         }
     losses = {}
     for d in DRAFTS:
-        path = results / "runs" / d / "metrics.jsonl"
-        if path.is_file():
-            recs = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+        text = _metrics_text(roots[d] / "runs" / d)
+        if text is not None:
+            recs = [json.loads(x) for x in text.splitlines() if x.strip()]
             steps = [r for r in recs if "event" not in r]
             evals = [
                 {
@@ -173,6 +185,12 @@ def assemble(
         "samples_before": samples_before,
         "commands": commands,
         "notes": list(notes),
+        # where drafts trained in another pass were read from (absent when none were)
+        **(
+            {"draft_results": {d: str(p) for d, p in draft_results.items()}}
+            if draft_results
+            else {}
+        ),
         "acceptance_by_position": acceptance,
         "budget_curve_dspark": curve,
         "speed_gsm8k": speed,
@@ -180,7 +198,7 @@ def assemble(
         "regeneration": regen,  # splitserve.regenerate's summary line of each shard
     }
     for name in ("sts", "sts_report", "sps", "sps_verify"):
-        data = _load(results / "speed" / f"{name}.json")
+        data = _load(roots["dspark"] / "speed" / f"{name}.json")
         if data is not None:
             out[name] = data
     sums = results / "checksums.txt"
@@ -188,8 +206,17 @@ def assemble(
         out["sha256"] = {
             name: digest for digest, name in (x.split() for x in sums.read_text().splitlines())
         }
-    out["goals"] = goals(out, results)
+    out["goals"] = goals(out, roots)
     return out
+
+
+def _metrics_text(run: Path) -> str | None:
+    """A run's metrics.jsonl, or its gzipped copy; None when it has neither."""
+    if (run / "metrics.jsonl").is_file():
+        return (run / "metrics.jsonl").read_text()
+    if (run / "metrics.jsonl.gz").is_file():
+        return gzip.decompress((run / "metrics.jsonl.gz").read_bytes()).decode()
+    return None
 
 
 def _parts(folder: Path | None, benches) -> Parts | None:
@@ -210,9 +237,13 @@ def _settled(ci: list[float], limit: float, strict: bool = False) -> bool:
     return (ci[0] > limit or ci[1] <= limit) if strict else (ci[0] >= limit or ci[1] < limit)
 
 
-def goals(out: dict, results: Path | None = None) -> dict:
+def goals(out: dict, roots: dict[str, Path] | None = None) -> dict:
     """The issue's goals as (value, limit, met); None where a figure is missing. Where the
-    reports carry per-item parts each goal also gets its 95 % interval and `settled`."""
+    reports carry per-item parts (in roots: {draft: its results folder}) each goal also gets its
+    95 % interval and `settled`."""
+
+    def folder(d, name):
+        return roots and roots[d] / name
 
     def goal(value, limit, strict=False):
         if value is None or limit is None:
@@ -226,7 +257,7 @@ def goals(out: dict, results: Path | None = None) -> dict:
     def greedy(bench, limit):
         # tau of one bench over draws of its items (the run's own spread, not between runs)
         g = goal(out["dspark"][bench]["greedy"], limit)
-        run = _parts(results and results / "eval" / "dspark-t0", [bench])
+        run = _parts(folder("dspark", "eval/dspark-t0"), [bench])
         if g and run:
             ci = bootstrap(run, lambda t: t)
             g |= {"tau_ci95": ci, "settled": _settled(ci, limit)}
@@ -236,18 +267,20 @@ def goals(out: dict, results: Path | None = None) -> dict:
     speed = out["speed_gsm8k"].get("dspark-fixed", {}).get("speedup")
     vs_dflash = goal(ds["macro"]["t1"], df["macro"]["t1"] and 1.10 * df["macro"]["t1"])
     vs_eagle3 = goal(ds["macro"]["t1"], ea["macro"]["t1"], strict=True)
-    parts = {d: _parts(results and results / "eval" / f"{d}-t1", BENCHES) for d in DRAFTS}
+    parts = {d: _parts(folder(d, f"eval/{d}-t1"), BENCHES) for d in DRAFTS}
     if vs_dflash and parts["dspark"] and parts["dflash"]:
         ci = paired_bootstrap(parts["dspark"], parts["dflash"], lambda x, y: x / y)
         if ci:
-            vs_dflash |= {"ratio": _r(ds["macro"]["t1"] / df["macro"]["t1"]), "ratio_ci95": ci}
+            # from the unrounded taus, as serving.intervals.compare_parts gives it
+            ratio = macro_tau(parts["dspark"]) / macro_tau(parts["dflash"])
+            vs_dflash |= {"ratio": _r(ratio), "ratio_ci95": ci}
             vs_dflash["settled"] = _settled(ci, 1.10)
     if vs_eagle3 and parts["dspark"] and parts["eagle3"]:
         ci = paired_bootstrap(parts["dspark"], parts["eagle3"], lambda x, y: x - y)
         if ci:
             vs_eagle3 |= {"difference_ci95": ci, "settled": _settled(ci, 0.0, strict=True)}
     vs_target = goal(speed, 2.0)
-    run = _parts(results and results / "speed" / "dspark-fixed", ["gsm8k"])
+    run = _parts(folder("dspark", "speed/dspark-fixed"), ["gsm8k"])
     if vs_target and run:
         # the spread of the items only: the two step costs are held at this run's
         tau = macro_tau(run)
@@ -276,11 +309,30 @@ def main(argv=None) -> None:
     )
     ap.add_argument("--command", action="append", default=[], help="a command that ran (repeat)")
     ap.add_argument("--note", action="append", default=[], help="a caveat to keep (repeat)")
+    ap.add_argument(
+        "--draft-results",
+        action="append",
+        default=[],
+        metavar="DRAFT=DIR",
+        help="read this draft's files from another pass's results folder (repeat)",
+    )
     args = ap.parse_args(argv)
     if args.samples_before < 0:
         ap.error(f"--samples-before {args.samples_before}: a count of samples, 0 or more")
+    draft_results = {}
+    for item in args.draft_results:
+        d, sep, folder = item.partition("=")
+        if not sep or d not in DRAFTS or not Path(folder).is_dir():
+            ap.error(f"--draft-results {item}: DRAFT=DIR, DRAFT one of {DRAFTS}, DIR a folder")
+        draft_results[d] = Path(folder)
     out = assemble(
-        args.results, args.budget, args.micro, args.command, args.note, args.samples_before
+        args.results,
+        args.budget,
+        args.micro,
+        args.command,
+        args.note,
+        args.samples_before,
+        draft_results,
     )
     args.out.write_text(json.dumps(out, indent=1) + "\n")
     print(json.dumps({d: out[d] for d in DRAFTS} | {"goals": out["goals"]}, indent=1))

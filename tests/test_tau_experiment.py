@@ -307,3 +307,36 @@ def test_steps_sets_a_runs_length_apart_from_its_file(tmp_path):
     assert bad.returncode == 1 and "STEPS=0: a positive number of steps" in bad.stdout
     short = _run(w, "train", RUNS="dspark", SAMPLES="64", GPUS="1", STEPS="500")
     assert short.returncode == 1 and "has 100 samples; a run takes 128" in short.stdout
+
+
+def test_the_pipeline_runs_from_a_copy_of_the_code(tmp_path):
+    """`pipeline` copies the code into W/src and runs every phase from there (a device call
+    replaces the checkout's files while a phase may be starting a process), with the shared
+    data read where they are: each process the pipeline starts runs in W/src, told the data's
+    place by SPLITSERVE_SHARED_DATA."""
+    w = tmp_path
+    (w / "regen.jsonl").write_text("".join(f'{{"g": {g}}}\n' for g in range(100)))
+    stub = w / "py"  # records where it ran and the data it was pointed at
+    stub.write_text(
+        '#!/usr/bin/env bash\necho "$PWD|$SPLITSERVE_SHARED_DATA|$*" >> "$(dirname "$0")/calls"\n'
+    )
+    stub.chmod(0o755)
+    env = {**os.environ, "W": str(w), "PY": str(stub), "POLL": "1", "GPUS": "1", "SAMPLES": "32"}
+    env.pop("SPLITSERVE_SHARED_DATA", None)
+    env |= {"RUNS": "dspark", "EVAL_JOBS": "dspark-t0", "SPEED": "0", "ABLATE": "0", "CURVE": "0"}
+    out = subprocess.run(["bash", str(SCRIPT), "pipeline"], env=env, capture_output=True, text=True)
+    assert out.returncode == 0 and "started: the whole experiment" in out.stdout, out.stderr
+    deadline = time.time() + 30
+    while "pipeline done" not in (w / "pipeline.log").read_text():
+        assert time.time() < deadline, (w / "pipeline.log").read_text()
+        time.sleep(0.2)
+    src = w / "src"
+    assert (src / "scripts" / "tau_experiment.sh").read_text() == SCRIPT.read_text()
+    assert (src / "splitserve" / "train.py").is_file() and (src / "conf").is_dir()
+    assert not (src / "docs").exists() and not (src / "tests").exists()
+    assert f"bash {src}/scripts/tau_experiment.sh train" in (w / "pipeline.log").read_text()
+    calls = [c.split("|") for c in (w / "calls").read_text().splitlines()]
+    assert [c[2].split()[1] for c in calls] == ["splitserve.train", "serving.evaluate"]
+    data = str(ROOT.parent / "shared" / "data")
+    assert all(Path(c[0]) == src and Path(c[1]).resolve() == Path(data).resolve() for c in calls)
+    assert not list(w.glob("src.partial"))

@@ -1,5 +1,6 @@
 """scripts/tau_table.py: the issue-13 table assembled from serving.evaluate's report files."""
 
+import gzip
 import json
 import sys
 from pathlib import Path
@@ -7,7 +8,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from tau_table import _settled, assemble  # noqa: E402  (scripts/)
+from tau_table import _settled, assemble, main  # noqa: E402  (scripts/)
 
 from serving.intervals import bootstrap  # noqa: E402
 
@@ -247,3 +248,53 @@ def test_a_goal_is_settled_only_when_its_interval_lies_on_one_side_of_its_limit(
     assert not _settled([3.4, 3.5], 3.5) and _settled([3.4, 3.5], 3.5, strict=True)
     assert not _settled([3.4, 3.6], 3.5) and not _settled([3.4, 3.6], 3.5, strict=True)
     assert _settled([3.2, 3.4], 3.5) and _settled([3.6, 3.7], 3.5, strict=True)
+
+
+def test_a_draft_trained_in_another_pass_is_read_from_that_pass_s_folder(tmp_path):
+    """--draft-results dspark=DIR: DSpark's reports, training log (gzipped) and speed run come
+    from DIR (the pass that trained it on the same files), DFlash's from --results, and the goal
+    between them is computed over both, with its paired interval; the table records where
+    DSpark came from. A folder without a draft's files gives no figure for it, and a bad
+    DRAFT=DIR is refused by name."""
+    here, there = tmp_path / "here", tmp_path / "there"
+
+    def reports(root, d, per_step):
+        for bench in ("gsm8k", "mtbench", "humaneval"):
+            per_item = [[i, round(10 * per_step) + i % 2, 10] for i in range(20)]
+            e, n = (sum(r[k] for r in per_item) for k in (1, 2))
+            rep = {"tau": e / n, "acceptance_by_position": [], "turns": 20, "per_item": per_item}
+            write(root / "eval" / f"{d}-t1" / f"{bench}.json", rep)
+        line = json.dumps({"step": 1, "loss": per_step}) + "\n"  # gzipped, as the passes keep it
+        (root / "runs" / d).mkdir(parents=True)
+        (root / "runs" / d / "metrics.jsonl.gz").write_bytes(gzip.compress(line.encode()))
+
+    reports(there, "dspark", 2.2)
+    reports(here, "dflash", 1.8)
+    reports(here, "dspark", 9.0)  # not read: DSpark comes from `there`
+    write(there / "speed" / "dspark-fixed" / "gsm8k.json", {
+        "tau": 2.2, "speedup": 1.5, "mean_verify_width": 8.0, "items": 20,
+        "speculative": {"tokens_per_s": 3.0, "step_ms": 2.0}, "target_only": {"tokens_per_s": 2.0},
+    })  # fmt: skip
+    out = assemble(here, 100, 16, [], draft_results={"dspark": there})
+    assert out["draft_results"] == {"dspark": str(there)}
+    assert out["dspark"]["macro"]["t1"] == 2.25 and out["dflash"]["macro"]["t1"] == 1.85
+    assert out["training"]["dspark"]["first_loss"] == 2.2 and out["eagle3"]["macro"]["t1"] is None
+    assert out["speed_gsm8k"]["dspark-fixed"]["speedup"] == 1.5
+    vs = out["goals"]["dspark macro tau T=1 >= 1.10 x dflash"]
+    assert vs["ratio"] == round(2.25 / 1.85, 3) and vs["met"] and vs["settled"]
+    assert "draft_results" not in assemble(there, 100, 16, [])  # none given: no key
+    assert assemble(there, 100, 16, [])["dflash"]["macro"]["t1"] is None
+    try:
+        assemble(here, 100, 16, [], draft_results={"medusa": there})
+        raise AssertionError("an unknown draft was accepted")
+    except ValueError as e:
+        assert "unknown drafts ['medusa']" in str(e)
+    for bad in ("dspark", f"medusa={there}", f"dspark={tmp_path / 'none'}"):
+        args = ["--results", str(here), "--out", str(tmp_path / "t.json"), "--budget", "100"]
+        try:
+            main([*args, "--draft-results", bad])
+            raise AssertionError(f"--draft-results {bad} was accepted")
+        except SystemExit as e:
+            assert e.code == 2
+    main([*args, "--draft-results", f"dspark={there}"])
+    assert json.loads((tmp_path / "t.json").read_text())["dspark"]["macro"]["t1"] == 2.25
