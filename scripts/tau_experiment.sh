@@ -67,13 +67,15 @@
 # no budget curve), ABL (the ablations `ablate` runs), ABL_LIMIT and ABL_PROCS (items and
 # processes of each ablation evaluation), STEPS (a run's steps; default SAMPLES / MICRO: more
 # walk the file, which holds SAMPLES, more than once), EXTRA (overrides added to every command,
-# e.g. to shrink it on CPU), REGEN_EXTRA (to regeneration only, e.g. a smaller prompt pool), BASE
-# (report-ablate's baseline; default W/runs/dspark), POLL (seconds between `wait`'s and
-# `follow`'s looks; default 30).
+# e.g. to shrink it on CPU; a path in it must be absolute: the pipeline runs from W/src),
+# REGEN_EXTRA (to regeneration only, e.g. a smaller prompt pool), BASE (report-ablate's
+# baseline; default W/runs/dspark), POLL (seconds between `wait`'s and `follow`'s looks;
+# default 30). W and BASE may be relative to the checkout; they are made absolute.
 set -euo pipefail
 SELF="$(cd "$(dirname "$0")" && pwd)/$(basename "$0")"
 cd "$(dirname "$0")/.."
-W=${W:-/tmp/tau}
+W=$(realpath -m "${W:-/tmp/tau}")  # absolute: the pipeline's phases run from W/src
+[ -z "${BASE:-}" ] || BASE=$(realpath -m "$BASE")
 SAMPLES=${SAMPLES:-16000}
 MICRO=${MICRO:-16}
 GPUS=${GPUS:-2}
@@ -146,6 +148,7 @@ snapshot() {  # DIR: a copy of this checkout's code for a background job (no git
   local skip=(--exclude=./.git --exclude=./.gpu --exclude=./.data --exclude=./.venv
     --exclude=./docs --exclude=./tests)
   rel=$(realpath -m --relative-to=. "$W")
+  [ "$rel" != . ] || { echo "error: W=$W is the checkout itself; give it a folder of its own"; exit 1; }
   [[ $rel == ..* || $rel == /* ]] || skip+=("--exclude=./$rel")
   rm -rf "$dir.partial"
   mkdir -p "$dir.partial"
@@ -472,6 +475,8 @@ sps)  # the target's verify step rate by width on an idle GPU (SGLang's kind of 
     > "$W/speed/profile_sps.log" 2>&1
   ;;
 pipeline)
+  running "$W/pipeline.pid" &&
+    { echo "error: a pipeline is running in $W (pid $(cat "$W/pipeline.pid")); follow it"; exit 1; }
   mkdir -p "$W"
   snapshot "$W/src"
   export SPLITSERVE_SHARED_DATA=${SPLITSERVE_SHARED_DATA:-$(cd .. && pwd)/shared/data}
@@ -502,7 +507,7 @@ pipeline-fg)
   step bash "$SELF" pack "$W/pack"
   echo "### $(date +%T) pipeline done"
   ;;
-follow)  # print the pipeline's progress every 30 s until it ends or S seconds pass; then, if
+follow)  # print the pipeline's progress every POLL s until it ends or S seconds pass; then, if
   # OUT is given, `snap OUT` (so a machine lost later still leaves the results so far)
   end=$((SECONDS + ${2:-540}))
   while running "$W/pipeline.pid"; do

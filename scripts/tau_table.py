@@ -19,7 +19,8 @@ step costs vary between runs); without it a goal met by a small margin is not a 
 `--draft-results DRAFT=DIR` reads one draft's files (its `eval/<draft>-t<T>/` and
 `runs/<draft>/`; for DSpark also the curve and `speed/`) from another pass's folder: a draft
 trained in another pass on the same files to the same budget (pass 21: DFlash here, DSpark from
-pass 18), so the goals between drafts compare them at equal budgets.
+pass 18), so the goals between drafts compare them at equal budgets. The weights' checksums
+(`checksums.txt`) and regeneration's logs are read from DIR alone.
 """
 
 from __future__ import annotations

@@ -383,17 +383,27 @@ def is_exported(path: Path) -> bool:
     return (Path(path) / EXPORTED_CONFIG).is_file()
 
 
+def is_draft_folder(path: Path) -> bool:
+    """`path` is a checkpoint's `draft/` folder on its own (its draft_config.json beside the
+    weights), e.g. all a device call brought back of a checkpoint."""
+    return (Path(path) / Path(DRAFT_CONFIG).name).is_file()
+
+
 def init_source(path: Path, log: Callable[[str], None] = _stderr) -> Path:
-    """The directory `read_init_draft` reads: an exported draft directory as given, else the
-    checkpoint `resolve` picks (a run directory's newest complete one)."""
+    """The directory `read_init_draft` reads: an exported draft directory or a checkpoint's
+    draft folder as given, else the checkpoint `resolve` picks (a run directory's newest
+    complete one)."""
     path = Path(path)
-    return path if is_exported(path) else resolve(path, log)
+    return path if is_exported(path) or is_draft_folder(path) else resolve(path, log)
 
 
 def read_init_config(path: Path, log: Callable[[str], None] = _stderr) -> DraftConfig:
     """The draft config of what `read_init_draft` reads, without loading its weights (what the
     launcher checks against the run's before any worker starts)."""
     path = Path(path)
+    if is_draft_folder(path):
+        text = (path / Path(DRAFT_CONFIG).name).read_text()
+        return load_draft_config(json.loads(text), "draft")
     if not is_exported(path):
         return read_draft_config(resolve(path, log))
     config = json.loads((path / EXPORTED_CONFIG).read_text())
@@ -408,9 +418,11 @@ def read_init_config(path: Path, log: Callable[[str], None] = _stderr) -> DraftC
 def read_init_draft(path: Path, log: Callable[[str], None] = _stderr):
     """(draft config, weights) a run can start from (`train.init_from`): an exported draft
     directory (config.json holding `splitserve_draft_config`, and model.safetensors, as
-    serving.export writes them) or a checkpoint / run directory (its newest complete one)."""
+    serving.export writes them), a checkpoint's `draft/` folder on its own, or a checkpoint /
+    run directory (its newest complete one)."""
     path = init_source(path, log)
-    return read_init_config(path, log), load_weights(path if is_exported(path) else path / "draft")
+    alone = is_exported(path) or is_draft_folder(path)
+    return read_init_config(path, log), load_weights(path if alone else path / "draft")
 
 
 def read_run_section(ckpt: Path, key: str) -> dict:

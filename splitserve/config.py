@@ -66,7 +66,8 @@ class TrainConfig:
     run_dir: str | None = None  # null: Hydra's output directory
     resume: bool = True  # continue from the newest complete checkpoint in run_dir, if any
     # start a new run from these draft weights: an exported draft directory (serving.export), a
-    # checkpoint or a run directory; its draft config must equal this run's (loss weights aside).
+    # checkpoint, a checkpoint's draft/ folder alone or a run directory; its draft config must
+    # equal this run's (loss weights aside).
     # A run that resumes ignores it (the checkpoint holds the weights by then).
     init_from: str | None = None
     threads_per_proc: int = 1  # CPU threads for each worker process

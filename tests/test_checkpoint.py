@@ -1,6 +1,7 @@
 """Atomic checkpoints: partial or corrupt ones are reported and skipped, good ones are kept."""
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -175,10 +176,11 @@ def test_a_run_whose_only_resumable_checkpoint_is_damaged_is_refused_not_restart
 
 
 def test_a_new_run_starts_from_exported_or_checkpointed_draft_weights(tmp_path):
-    """train.init_from: a run directory or an exported draft directory gives the new run exactly
-    those weights (checked with lr 0: the first checkpoint holds them unchanged); a draft of
-    another shape is refused before any worker starts, naming the field; a resuming run keeps
-    its own checkpoint."""
+    """train.init_from: a run directory, an exported draft directory or a checkpoint's draft/
+    folder on its own (what a device call brings back) gives the new run exactly those weights
+    (checked with lr 0: the first checkpoint holds them unchanged); a draft of another shape is
+    refused before any worker starts, naming the field; a resuming run keeps its own
+    checkpoint."""
     import pytest
     from test_training import TINY, compose_cfg
 
@@ -204,7 +206,9 @@ def test_a_new_run_starts_from_exported_or_checkpointed_draft_weights(tmp_path):
     assert (exported / "model.safetensors.index.json").is_file()
     build_command("/models/target", exported)  # the SGLang launcher accepts a sharded draft
     frozen = ["train.steps=1", "train.lr=0", "train.checkpoint_every=1"]
-    for name, source in (("from_run", tmp_path / "a"), ("from_export", exported)):
+    alone = shutil.copytree(draft_dir, tmp_path / "brought_back" / "draft")  # draft/ alone
+    sources = (("from_run", tmp_path / "a"), ("from_export", exported), ("from_draft", alone))
+    for name, source in sources:
         out = run(compose_cfg(base + frozen + [f"train.init_from={source}"]), tmp_path / name)
         got = ckpt.load_weights(Path(out["checkpoint"]) / "draft")
         assert got.keys() == trained.keys()

@@ -340,3 +340,43 @@ def test_the_pipeline_runs_from_a_copy_of_the_code(tmp_path):
     data = str(ROOT.parent / "shared" / "data")
     assert all(Path(c[0]) == src and Path(c[1]).resolve() == Path(data).resolve() for c in calls)
     assert not list(w.glob("src.partial"))
+
+
+def test_the_pipeline_copy_leaves_out_a_w_inside_the_checkout_and_one_runs_at_a_time(tmp_path):
+    """W relative to the checkout is made absolute (the phases run from W/src, where the
+    relative path would point elsewhere) and left out of the copy when it lies inside the
+    checkout; a second `pipeline` in a W whose pipeline runs is refused, and so is W set to
+    the checkout itself."""
+    co = tmp_path / "checkout"  # a stand-in checkout: the script and a module
+    (co / "scripts").mkdir(parents=True)
+    shutil.copy(SCRIPT, co / "scripts" / "tau_experiment.sh")
+    (co / "splitserve").mkdir()
+    (co / "splitserve" / "x.py").write_text("")
+    w = co / "w"
+    w.mkdir()
+    (w / "regen.jsonl").write_text("".join(f'{{"g": {g}}}\n' for g in range(100)))
+    stub = tmp_path / "py"  # a training run that takes 3 s
+    stub.write_text('#!/usr/bin/env bash\necho "$PWD $*" >> "$(dirname "$0")/calls"; sleep 3\n')
+    stub.chmod(0o755)
+    env = {**os.environ, "W": "w", "PY": str(stub), "POLL": "1", "GPUS": "1", "SAMPLES": "32"}
+    env |= {"RUNS": "dspark", "EVAL_JOBS": "", "SPEED": "0", "ABLATE": "0", "CURVE": "0"}
+
+    def pipeline(**extra):
+        return subprocess.run(
+            ["bash", str(co / "scripts" / "tau_experiment.sh"), "pipeline"],
+            env=env | extra, capture_output=True, text=True, cwd=tmp_path,
+        )  # fmt: skip
+
+    first = pipeline()
+    assert first.returncode == 0, first.stdout + first.stderr
+    second = pipeline()
+    assert second.returncode == 1 and f"a pipeline is running in {w}" in second.stdout
+    deadline = time.time() + 30
+    while "pipeline done" not in (w / "pipeline.log").read_text():
+        assert time.time() < deadline, (w / "pipeline.log").read_text()
+        time.sleep(0.2)
+    assert (w / "src" / "splitserve" / "x.py").is_file() and not (w / "src" / "w").exists()
+    assert (tmp_path / "calls").read_text().startswith(f"{w / 'src'} -m splitserve.train ")
+    assert f"path:{w}/regen.jsonl" in (tmp_path / "calls").read_text()
+    itself = pipeline(W=".")
+    assert itself.returncode == 1 and "is the checkout itself" in itself.stdout

@@ -275,8 +275,12 @@ def test_a_draft_trained_in_another_pass_is_read_from_that_pass_s_folder(tmp_pat
         "tau": 2.2, "speedup": 1.5, "mean_verify_width": 8.0, "items": 20,
         "speculative": {"tokens_per_s": 3.0, "step_ms": 2.0}, "target_only": {"tokens_per_s": 2.0},
     })  # fmt: skip
+    write(there / "eval" / "curve-step-00000003" / "gsm8k.json", {"tau": 1.7})  # DSpark's curve
+    write(there / "speed" / "sts.json", {"temperatures": [1.0]})
     out = assemble(here, 100, 16, [], draft_results={"dspark": there})
     assert out["draft_results"] == {"dspark": str(there)}
+    assert out["budget_curve_dspark"] == [{"step": 3, "samples": 48, "tau_gsm8k_greedy": 1.7}]
+    assert out["sts"] == {"temperatures": [1.0]}
     assert out["dspark"]["macro"]["t1"] == 2.25 and out["dflash"]["macro"]["t1"] == 1.85
     assert out["training"]["dspark"]["first_loss"] == 2.2 and out["eagle3"]["macro"]["t1"] is None
     assert out["speed_gsm8k"]["dspark-fixed"]["speedup"] == 1.5
@@ -298,3 +302,16 @@ def test_a_draft_trained_in_another_pass_is_read_from_that_pass_s_folder(tmp_pat
             assert e.code == 2
     main([*args, "--draft-results", f"dspark={there}"])
     assert json.loads((tmp_path / "t.json").read_text())["dspark"]["macro"]["t1"] == 2.25
+
+
+def test_the_t1_ratio_is_that_of_the_unrounded_taus(tmp_path):
+    """The ratio DSpark / DFlash at T=1 comes from the taus themselves (as
+    serving.intervals.compare_parts gives it), not from the table's rounded macros: here
+    1.0004 / 1.0006 is 1.000, where the rounded 1.000 / 1.001 would be 0.999."""
+    for d, emitted in (("dspark", 5002), ("dflash", 5003)):
+        for bench in ("gsm8k", "mtbench", "humaneval"):
+            per_item = [[0, emitted, 5000], [1, emitted, 5000]]
+            rep = {"tau": emitted / 5000, "acceptance_by_position": [], "per_item": per_item}
+            write(tmp_path / "eval" / f"{d}-t1" / f"{bench}.json", rep | {"turns": 2})
+    vs = assemble(tmp_path, 100, 16, [])["goals"]["dspark macro tau T=1 >= 1.10 x dflash"]
+    assert vs["ratio"] == 1.0 and round(1.0 / 1.001, 3) == 0.999
