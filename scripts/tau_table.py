@@ -26,7 +26,6 @@ pass 18), so the goals between drafts compare them at equal budgets. The weights
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import re
 import sys
@@ -42,6 +41,7 @@ from serving.intervals import (  # noqa: E402
     macro_tau,
     paired_bootstrap,
 )
+from splitserve.checkpoint import metrics_lines  # noqa: E402
 
 DRAFTS = ("dspark", "dflash", "eagle3")
 BENCHES = ("gsm8k", "mtbench", "humaneval")
@@ -151,9 +151,9 @@ def assemble(
         }
     losses = {}
     for d in DRAFTS:
-        text = _metrics_text(roots[d] / "runs" / d)
-        if text is not None:
-            recs = [json.loads(x) for x in text.splitlines() if x.strip()]
+        lines = metrics_lines(roots[d] / "runs" / d)
+        if lines:
+            recs = [json.loads(x) for x in lines if x.strip()]
             steps = [r for r in recs if "event" not in r]
             evals = [
                 {
@@ -209,15 +209,6 @@ def assemble(
         }
     out["goals"] = goals(out, roots)
     return out
-
-
-def _metrics_text(run: Path) -> str | None:
-    """A run's metrics.jsonl, or its gzipped copy; None when it has neither."""
-    if (run / "metrics.jsonl").is_file():
-        return (run / "metrics.jsonl").read_text()
-    if (run / "metrics.jsonl.gz").is_file():
-        return gzip.decompress((run / "metrics.jsonl.gz").read_bytes()).decode()
-    return None
 
 
 def _parts(folder: Path | None, benches) -> Parts | None:

@@ -17,7 +17,6 @@ trained since the change that added it, after docs/ablations' pass 16; none for 
 
 from __future__ import annotations
 
-import gzip
 import json
 import sys
 from pathlib import Path
@@ -44,16 +43,6 @@ def _param_count(job: Path, checkpoints: list[Path]) -> int | None:
     return json.loads(summary.read_text()).get("draft_params") if summary.is_file() else None
 
 
-def _metrics_lines(job: Path) -> list[str]:
-    """The run's metrics.jsonl lines; results committed under docs/ablations keep it gzipped."""
-    if (job / "metrics.jsonl").is_file():
-        return (job / "metrics.jsonl").read_text().splitlines()
-    if (job / "metrics.jsonl.gz").is_file():
-        with gzip.open(job / "metrics.jsonl.gz", "rt") as f:
-            return f.read().splitlines()
-    return []
-
-
 def read_job(job: Path, temperature: float) -> dict:
     """Overrides, parameter count, the last simulated tau of training, and the newest evaluation
     at `temperature` (of whichever checkpoint was evaluated; none is fine)."""
@@ -77,7 +66,7 @@ def read_job(job: Path, temperature: float) -> dict:
         step = eval_dirs[-1].name.rsplit("-t", 1)[0]
         evals = {f.stem: json.loads(f.read_text()) for f in sorted(eval_dirs[-1].glob("*.json"))}
     sim_tau = None
-    for line in _metrics_lines(job):
+    for line in checkpoint.metrics_lines(job):
         record = json.loads(line)
         if record.get("eval_sim_tau") is not None and f"step-{record['step']:08d}" <= step:
             sim_tau = record["eval_sim_tau"]

@@ -20,6 +20,7 @@ expected before anything tries to parse it.
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
 import os
@@ -376,6 +377,17 @@ def read_draft(path: Path, log: Callable[[str], None] = _stderr) -> DraftCheckpo
 
 EXPORTED_CONFIG = "config.json"  # an exported draft directory (serving.export): SGLang's files
 # (config.json with our draft config inside, weights as save_weights writes them)
+
+
+def metrics_lines(run_dir: Path) -> list[str]:
+    """A run's metrics.jsonl lines (one a step, as training writes them), or those of its
+    gzipped copy (as docs/ablations keeps them in git); [] when it has neither."""
+    plain, packed = Path(run_dir) / "metrics.jsonl", Path(run_dir) / "metrics.jsonl.gz"
+    if plain.is_file():
+        return plain.read_text().splitlines()
+    if packed.is_file():
+        return gzip.decompress(packed.read_bytes()).decode().splitlines()
+    return []
 
 
 def is_exported(path: Path) -> bool:
