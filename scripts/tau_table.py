@@ -19,8 +19,11 @@ step costs vary between runs); without it a goal met by a small margin is not a 
 `--draft-results DRAFT=DIR` reads one draft's files (its `eval/<draft>-t<T>/` and
 `runs/<draft>/`; for DSpark also the curve and `speed/`) from another pass's folder: a draft
 trained in another pass on the same files to the same budget (pass 21: DFlash here, DSpark from
-pass 18), so the goals between drafts compare them at equal budgets. The weights' checksums
-(`checksums.txt`) and regeneration's logs are read from DIR alone.
+pass 18), so the goals between drafts compare them at equal budgets. Given again for the same
+draft it adds a folder: each file is read from the first folder, in the order given, that holds
+it (pass 22: pass 19's DSpark, its T=1 reports evaluated in pass 22, its greedy ones and its run
+in pass 19). The weights' checksums (`checksums.txt`) and regeneration's logs are read from DIR
+alone.
 """
 
 from __future__ import annotations
@@ -73,15 +76,20 @@ def assemble(
     commands: list[str],
     notes: list[str] = (),
     samples_before: int = 0,
-    draft_results: dict[str, Path] | None = None,
+    draft_results: dict[str, Path | list[Path]] | None = None,
 ) -> dict:
     """`samples_before`: training samples the drafts had seen before these runs (runs started
     with train.init_from): the budget curve counts them, since a step counts from 0 again.
-    `draft_results`: {draft: folder} for drafts whose files are in another pass's folder."""
-    roots = {d: Path((draft_results or {}).get(d, results)) for d in DRAFTS}
+    `draft_results`: {draft: folder, or folders in the order they are searched} for drafts
+    whose files are in other passes' folders."""
     unknown = set(draft_results or {}) - set(DRAFTS)
     if unknown:
         raise ValueError(f"draft_results: unknown drafts {sorted(unknown)} (allowed: {DRAFTS})")
+    draft_results = {
+        d: [Path(f) for f in (v if isinstance(v, list) else [v])]
+        for d, v in (draft_results or {}).items()
+    }
+    roots = {d: Folders(draft_results.get(d, [results])) for d in DRAFTS}
     table: dict = {}
     acceptance: dict = {}
     for d in DRAFTS:
@@ -89,7 +97,7 @@ def assemble(
         for bench in BENCHES:
             row[bench], acc[bench] = {}, {}
             for name, t in TEMPS.items():
-                rep = _load(roots[d] / "eval" / f"{d}-{t}" / f"{bench}.json")
+                rep = _load(roots[d].file(f"eval/{d}-{t}/{bench}.json"))
                 row[bench][name] = _r(rep and rep["tau"])
                 acc[bench][name] = rep and [_r(a) for a in rep["acceptance_by_position"]]
                 if rep:
@@ -102,7 +110,7 @@ def assemble(
         }
         table[d], acceptance[d] = row, acc
     curve, item_sets = [], []
-    for p in sorted(roots["dspark"].glob("eval/curve-step-*/gsm8k.json")):
+    for p in roots["dspark"].glob("eval/curve-step-*/gsm8k.json"):
         step = int(re.fullmatch(r"curve-step-(\d+)", p.parent.name).group(1))
         rep = _load(p)
         curve.append(
@@ -115,7 +123,7 @@ def assemble(
         item_sets.append({i for i, _, _ in rep.get("per_item", [])})
     # the items every curve point was evaluated on (none known if a report lacks per_item)
     curve_items = set.intersection(*item_sets) if item_sets and all(item_sets) else None
-    final = _load(roots["dspark"] / "eval" / "dspark-t0" / "gsm8k.json")
+    final = _load(roots["dspark"].file("eval/dspark-t0/gsm8k.json"))
     if curve_items and final and "per_item" in final:
         # the last checkpoint on the curve's own items (the first CURVE_LIMIT of the 200)
         parts = [(e, n) for i, e, n in final["per_item"] if i in curve_items]
@@ -136,7 +144,7 @@ def assemble(
             )
     curve.sort(key=lambda c: c["step"])
     speed = {}
-    for p in sorted(roots["dspark"].glob("speed/*/gsm8k.json")):  # DSpark's timed runs
+    for p in roots["dspark"].glob("speed/*/gsm8k.json"):  # DSpark's timed runs
         rep = _load(p)
         speed[p.parent.name] = {
             "tau": _r(rep["tau"]),
@@ -151,7 +159,7 @@ def assemble(
         }
     losses = {}
     for d in DRAFTS:
-        lines = metrics_lines(roots[d] / "runs" / d)
+        lines = metrics_lines(roots[d].file(f"runs/{d}"))
         if lines:
             recs = [json.loads(x) for x in lines if x.strip()]
             steps = [r for r in recs if "event" not in r]
@@ -188,7 +196,12 @@ def assemble(
         "notes": list(notes),
         # where drafts trained in another pass were read from (absent when none were)
         **(
-            {"draft_results": {d: str(p) for d, p in draft_results.items()}}
+            {
+                "draft_results": {
+                    d: str(p[0]) if len(p) == 1 else [str(f) for f in p]
+                    for d, p in draft_results.items()
+                }
+            }
             if draft_results
             else {}
         ),
@@ -199,7 +212,7 @@ def assemble(
         "regeneration": regen,  # splitserve.regenerate's summary line of each shard
     }
     for name in ("sts", "sts_report", "sps", "sps_verify"):
-        data = _load(roots["dspark"] / "speed" / f"{name}.json")
+        data = _load(roots["dspark"].file(f"speed/{name}.json"))
         if data is not None:
             out[name] = data
     sums = results / "checksums.txt"
@@ -209,6 +222,21 @@ def assemble(
         }
     out["goals"] = goals(out, roots)
     return out
+
+
+class Folders:
+    """One draft's results folders in the order they are searched: a file (or folder) is read
+    from the first that holds it, a glob from the first with a match."""
+
+    def __init__(self, folders: list[Path]):
+        self.folders = [Path(f) for f in folders]
+
+    def file(self, rel: str) -> Path:
+        """rel in the first folder holding it (in the first folder when none does)."""
+        return next((f / rel for f in self.folders if (f / rel).exists()), self.folders[0] / rel)
+
+    def glob(self, pattern: str) -> list[Path]:
+        return next((m for f in self.folders if (m := sorted(f.glob(pattern)))), [])
 
 
 def _parts(folder: Path | None, benches) -> Parts | None:
@@ -229,13 +257,13 @@ def _settled(ci: list[float], limit: float, strict: bool = False) -> bool:
     return (ci[0] > limit or ci[1] <= limit) if strict else (ci[0] >= limit or ci[1] < limit)
 
 
-def goals(out: dict, roots: dict[str, Path] | None = None) -> dict:
+def goals(out: dict, roots: dict[str, Folders] | None = None) -> dict:
     """The issue's goals as (value, limit, met); None where a figure is missing. Where the
-    reports carry per-item parts (in roots: {draft: its results folder}) each goal also gets its
-    95 % interval and `settled`."""
+    reports carry per-item parts (in roots: {draft: its results folders}) each goal also gets
+    its 95 % interval and `settled`."""
 
     def folder(d, name):
-        return roots and roots[d] / name
+        return roots and roots[d].file(name)
 
     def goal(value, limit, strict=False):
         if value is None or limit is None:
@@ -311,12 +339,12 @@ def main(argv=None) -> None:
     args = ap.parse_args(argv)
     if args.samples_before < 0:
         ap.error(f"--samples-before {args.samples_before}: a count of samples, 0 or more")
-    draft_results = {}
+    draft_results: dict[str, list[Path]] = {}
     for item in args.draft_results:
         d, sep, folder = item.partition("=")
         if not sep or d not in DRAFTS or not Path(folder).is_dir():
             ap.error(f"--draft-results {item}: DRAFT=DIR, DRAFT one of {DRAFTS}, DIR a folder")
-        draft_results[d] = Path(folder)
+        draft_results.setdefault(d, []).append(Path(folder))
     out = assemble(
         args.results,
         args.budget,

@@ -490,7 +490,8 @@ def main(argv=None) -> int:
     try:
         items = {b: load_bench(b, args.limit) for b in benches}
         ckpt = checkpoint.resolve(args.checkpoint).resolve()
-        exported = checkpoint.is_exported(ckpt)  # its reports beside it, not inside it
+        # an exported draft or a draft/ folder alone: its reports beside it, not inside it
+        exported = checkpoint.is_exported(ckpt) or checkpoint.is_draft_folder(ckpt)
         evals = ckpt.with_name(ckpt.name + "-eval") if exported else ckpt.parent.parent / "eval"
         out = args.out or evals / f"{ckpt.name}-t{args.temperature:g}"
         args.checkpoint = ckpt  # resolved once (a run directory: its newest checkpoint)

@@ -61,7 +61,12 @@ def export(
         raise ValueError(f"dtype {dtype!r} is invalid; allowed: {', '.join(sorted(WEIGHT_DTYPES))}")
     draft = checkpoint.read_draft(ckpt)
     if draft.exported:
-        raise ValueError(f"{draft.path} is already an exported draft (pass its run's checkpoint)")
+        what = (
+            "is already an exported draft"
+            if checkpoint.is_exported(draft.path)
+            else "is a checkpoint's draft/ folder alone, which names no target"
+        )
+        raise ValueError(f"{draft.path} {what} (pass its run's checkpoint)")
     try:
         config = export_config(draft.cfg, draft.target)
     except ValueError as exc:

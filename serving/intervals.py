@@ -76,9 +76,22 @@ def paired_bootstrap(
     """95 % interval of stat(macro tau of a, macro tau of b), the macro tau being the mean over
     the benches of a (in its order) of each one's tau; None when the two did not decode the
     same benches and items."""
-    if a.keys() != b.keys() or any(a[bench].keys() != b[bench].keys() for bench in a):
+    return paired_bootstrap_runs([a, b], stat, n, seed)
+
+
+def paired_bootstrap_runs(
+    runs: list[Parts], stat: Callable[..., float], n: int = 2000, seed: int = 0
+) -> list[float] | None:
+    """95 % interval of stat(macro tau of each run, in order), every draw taking the same items
+    for all of them: e.g. a ratio of two drafts' ratios at two budgets (four runs). None when
+    the runs did not all decode the same benches and items."""
+    first = runs[0]
+    if any(
+        r.keys() != first.keys() or any(r[bench].keys() != first[bench].keys() for bench in r)
+        for r in runs[1:]
+    ):
         return None
-    return _interval(a, lambda draws: stat(_macro(a, draws), _macro(b, draws)), n, seed)
+    return _interval(first, lambda draws: stat(*(_macro(r, draws) for r in runs)), n, seed)
 
 
 def bootstrap(

@@ -50,8 +50,8 @@ def target_dir_of(draft: checkpoint.DraftCheckpoint, target_dir: Path | None = N
     (required for an exported draft, which names no target)."""
     if target_dir is None and draft.exported:
         raise ValueError(
-            f"{draft.path} is an exported draft, which does not name its target: pass --target "
-            "(the target's model directory)"
+            f"{draft.path} is an exported draft or a checkpoint's draft/ folder alone, which "
+            "does not name its target: pass --target (the target's model directory)"
         )
     target_dir = Path(target_dir) if target_dir is not None else draft.model_dir
     if not (target_dir / "config.json").is_file():
@@ -86,7 +86,8 @@ def load_decoder(
             cfg.resolve(spec)
         except ValueError as exc:
             raise ValueError(
-                f"exported draft {draft_ckpt.path} does not fit the target {target_dir}: {exc}"
+                f"draft {draft_ckpt.path} (no recorded target) does not fit the target "
+                f"{target_dir}: {exc}"
             ) from None
     elif asdict(spec) != asdict(draft_ckpt.target):
         diff = sorted(k for k, v in asdict(spec).items() if asdict(draft_ckpt.target)[k] != v)
@@ -125,10 +126,14 @@ def add_model_args(ap) -> None:
         "--checkpoint",
         required=True,
         type=Path,
-        help="RUN/checkpoints/step-N, or a run directory (its newest complete checkpoint)",
+        help="RUN/checkpoints/step-N, a run directory (its newest complete checkpoint), an "
+        "exported draft or a checkpoint's draft/ folder alone (these two with --target)",
     )
     ap.add_argument(
-        "--target", type=Path, help="target model directory (default: the one trained against)"
+        "--target",
+        type=Path,
+        help="target model directory (default: the one trained against; required for an "
+        "exported draft or a draft/ folder alone)",
     )
     add_device_args(ap)
 

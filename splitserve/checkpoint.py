@@ -314,13 +314,14 @@ def resolve(path: Path, log: Callable[[str], None] = _stderr) -> Path:
     """A checkpoint directory as given, or a run directory's newest complete checkpoint (`log`
     says which one was taken), validated for what serving reads: a missing or truncated file is
     named with the size found and the size expected. An exported draft directory (config.json,
-    as serving.export writes it) is returned as given."""
+    as serving.export writes it) or a checkpoint's `draft/` folder alone (what a device call
+    brings back of a draft serving.export does not take, e.g. EAGLE-3's) is returned as given."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(
             f"{path} is not a complete SplitServe checkpoint: it does not exist"
         )
-    if is_exported(path):
+    if is_exported(path) or is_draft_folder(path):
         return path
     if (path / "checkpoints").is_dir() and not (path / COMPLETE).exists():
         ckpt = latest_good(path, log, needed=DRAFT_FILES)
@@ -347,9 +348,10 @@ def resolve(path: Path, log: Callable[[str], None] = _stderr) -> Path:
 def read_draft(path: Path, log: Callable[[str], None] = _stderr) -> DraftCheckpoint:
     """The draft of a checkpoint (see `resolve` for what `path` may be; a path that is already a
     resolved checkpoint is validated again, which costs a few stat calls), or of an exported
-    draft directory (no target, step or run config: see DraftCheckpoint)."""
+    draft directory or a checkpoint's `draft/` folder alone (no target, step or run config: see
+    DraftCheckpoint)."""
     path = resolve(path, log)
-    if is_exported(path):
+    if is_exported(path) or is_draft_folder(path):
         return DraftCheckpoint(
             path=path,
             step=None,
@@ -445,6 +447,8 @@ def read_run_section(ckpt: Path, key: str) -> dict:
         why = (
             "an exported draft keeps no run config; pass the run's checkpoint"
             if is_exported(ckpt)
+            else "a checkpoint's draft/ folder alone keeps no run config; pass the checkpoint"
+            if is_draft_folder(ckpt)
             else "not a SplitServe checkpoint"
         )
         raise FileNotFoundError(f"{Path(ckpt) / RUN_CONFIG} does not exist: {why}")

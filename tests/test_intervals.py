@@ -5,7 +5,14 @@ import json
 
 import pytest
 
-from serving.intervals import bootstrap, compare_parts, comparison_lines, folder_parts
+from serving.intervals import (
+    bootstrap,
+    compare_parts,
+    comparison_lines,
+    folder_parts,
+    paired_bootstrap,
+    paired_bootstrap_runs,
+)
 
 
 def report(folder, bench, per_item):
@@ -68,3 +75,20 @@ def test_comparison_lines_print_the_macro_ratio_then_each_bench_with_its_interva
         "vs_old: macro x1.500 (1.500-1.500)",
         "  gsm8k: 3.000 vs 2.000, +1.000 (+1.000, +1.000)",
     ]
+
+
+def test_runs_drawn_together_give_a_ratio_of_ratios_and_must_share_their_items():
+    """Four runs on one set: a / b at one budget over c / d at another. Each later run emits a
+    fixed share of an earlier one's tokens item by item, so drawn together the ratio of ratios
+    never moves, though the items' own taus spread from 1 to 7."""
+    a = {"gsm8k": {i: ((10, 70)[i % 2], 10) for i in range(40)}}
+
+    def scaled(k):
+        return {"gsm8k": {i: (e * k, n) for i, (e, n) in a["gsm8k"].items()}}
+
+    b, c, d = scaled(0.8), scaled(0.5), scaled(0.5)
+    ci = paired_bootstrap_runs([a, b, c, d], lambda w, x, y, z: (w / x) / (y / z))
+    assert ci == [1.25, 1.25]
+    assert paired_bootstrap(a, b, lambda x, y: x / y) == [1.25, 1.25]
+    fewer = {"gsm8k": {i: v for i, v in a["gsm8k"].items() if i < 39}}
+    assert paired_bootstrap_runs([a, b, fewer], lambda x, y, z: x) is None

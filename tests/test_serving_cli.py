@@ -555,3 +555,37 @@ def test_evaluate_serves_an_exported_draft_with_the_target_named(dspark_ckpt, tm
     assert len(json.loads(capsys.readouterr().out.splitlines()[-1])["token_ids"]) <= 4
     with pytest.raises(ValueError, match="already an exported draft"):
         export(exported, tmp_path / "again")
+
+
+def test_evaluate_serves_a_draft_folder_alone_with_the_target_named(eagle3_ckpt, tmp_path, capsys):
+    """A checkpoint's draft/ folder copied on its own (what a device call brings back of an
+    EAGLE-3 draft, which serving.export does not take) decodes as its checkpoint does once its
+    target is named; its reports go beside it; export and calibrate's held-out prompts, which
+    need the run, are refused with the reason."""
+    import shutil
+
+    from serving.export import export
+    from splitserve.checkpoint import read_draft
+
+    alone = tmp_path / "eagle3-draft"
+    shutil.copytree(Path(eagle3_ckpt) / "draft", alone)
+    flags = ["--bench", "gsm8k", "--limit", "2", "--max-new-tokens", "10", "--no-baseline"]
+    flags += ["--no-plot"]
+    assert evaluate_main(["--checkpoint", str(alone)] + flags) == 2
+    assert "draft/ folder alone, which does not name its target: pass --target" in (
+        capsys.readouterr().err
+    )
+    target = str(read_draft(eagle3_ckpt).model_dir)
+    argv = ["--checkpoint", str(eagle3_ckpt), "--out", str(tmp_path / "a")]
+    assert evaluate_main(argv + flags) == 0
+    assert evaluate_main(["--checkpoint", str(alone), "--target", target] + flags) == 0
+    a = json.loads((tmp_path / "a" / "gsm8k.json").read_text())
+    b = json.loads((tmp_path / "eagle3-draft-eval" / "eagle3-draft-t0" / "gsm8k.json").read_text())
+    assert a["tau"] == b["tau"] and a["per_item"] == b["per_item"]
+    assert b["checkpoint"] == str(alone.resolve())
+    capsys.readouterr()
+    with pytest.raises(ValueError, match="draft/ folder alone, which names no target"):
+        export(alone, tmp_path / "export")
+    argv = ["--checkpoint", str(alone), "--target", target, "--out", str(tmp_path / "s.json")]
+    assert calibrate_main(argv) == 2
+    assert "draft/ folder alone keeps no run config" in capsys.readouterr().err

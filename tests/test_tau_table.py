@@ -315,3 +315,40 @@ def test_the_t1_ratio_is_that_of_the_unrounded_taus(tmp_path):
             write(tmp_path / "eval" / f"{d}-t1" / f"{bench}.json", rep | {"turns": 2})
     vs = assemble(tmp_path, 100, 16, [])["goals"]["dspark macro tau T=1 >= 1.10 x dflash"]
     assert vs["ratio"] == 1.0 and round(1.0 / 1.001, 3) == 0.999
+
+
+def test_a_draft_s_files_are_read_from_the_first_of_its_folders_that_holds_each(tmp_path):
+    """--draft-results given twice for DSpark (pass 22: pass 19's draft, its T=1 reports
+    evaluated later in their own folder): the T=1 reports come from the first folder, the greedy
+    ones, the run and the speed run from the second, which the first lacks; a file both hold is
+    read from the first. The table records both folders in order; the goal's interval is
+    computed over the T=1 reports of the first."""
+    late, early, here = tmp_path / "late", tmp_path / "early", tmp_path / "here"
+
+    def reports(root, d, t, per_step):
+        for bench in ("gsm8k", "mtbench", "humaneval"):
+            per_item = [[i, round(10 * per_step) + i % 2, 10] for i in range(20)]
+            e, n = (sum(r[k] for r in per_item) for k in (1, 2))
+            rep = {"tau": e / n, "acceptance_by_position": [], "turns": 20, "per_item": per_item}
+            write(root / "eval" / f"{d}-{t}" / f"{bench}.json", rep)
+
+    reports(late, "dspark", "t1", 2.2)
+    reports(early, "dspark", "t1", 9.0)  # not read: `late` holds DSpark's T=1 reports
+    reports(early, "dspark", "t0", 3.0)
+    reports(here, "dflash", "t1", 1.8)
+    write(early / "runs" / "dspark" / "metrics.jsonl", json.dumps({"step": 1, "loss": 1.25}))
+    write(early / "speed" / "dspark-fixed" / "gsm8k.json", {
+        "tau": 3.0, "speedup": 2.1, "mean_verify_width": 8.0, "items": 20,
+        "speculative": {"tokens_per_s": 3.0, "step_ms": 2.0}, "target_only": {"tokens_per_s": 2.0},
+    })  # fmt: skip
+    out = assemble(here, 100, 16, [], draft_results={"dspark": [late, early]})
+    assert out["draft_results"] == {"dspark": [str(late), str(early)]}
+    assert out["dspark"]["macro"] == {"greedy": 3.05, "t1": 2.25}
+    assert out["training"]["dspark"]["first_loss"] == 1.25
+    assert out["speed_gsm8k"]["dspark-fixed"]["speedup"] == 2.1
+    vs = out["goals"]["dspark macro tau T=1 >= 1.10 x dflash"]
+    assert vs["ratio"] == round(2.25 / 1.85, 3) and vs["settled"]
+    assert out["goals"]["dspark greedy tau gsm8k >= 3.5"]["tau_ci95"][1] < 3.5
+    args = ["--results", str(here), "--out", str(tmp_path / "t.json"), "--budget", "100"]
+    main([*args, "--draft-results", f"dspark={late}", "--draft-results", f"dspark={early}"])
+    assert json.loads((tmp_path / "t.json").read_text())["dspark"]["macro"]["t1"] == 2.25
