@@ -21,9 +21,10 @@ step costs vary between runs); without it a goal met by a small margin is not a 
 trained in another pass on the same files to the same budget (pass 21: DFlash here, DSpark from
 pass 18), so the goals between drafts compare them at equal budgets. Given again for the same
 draft it adds a folder: each file is read from the first folder, in the order given, that holds
-it (pass 22: pass 19's DSpark, its T=1 reports evaluated in pass 22, its greedy ones and its run
-in pass 19). The weights' checksums (`checksums.txt`) and regeneration's logs are read from DIR
-alone.
+it, and one evaluation's reports (`eval/<draft>-t<T>/`) all from the first that holds that
+folder, so one row never mixes two runs' reports (pass 22: pass 19's DSpark, its T=1 reports
+evaluated in pass 22, its greedy ones and its run in pass 19). The weights' checksums
+(`checksums.txt`) and regeneration's logs are read from DIR alone.
 """
 
 from __future__ import annotations
@@ -93,18 +94,22 @@ def assemble(
     table: dict = {}
     acceptance: dict = {}
     for d in DRAFTS:
-        row, acc = {}, {}
-        for bench in BENCHES:
-            row[bench], acc[bench] = {}, {}
-            for name, t in TEMPS.items():
-                rep = _load(roots[d].file(f"eval/{d}-{t}/{bench}.json"))
-                row[bench][name] = _r(rep and rep["tau"])
+        row, acc, taus = {}, {}, {}
+        for name, t in TEMPS.items():
+            # one run's reports: the whole folder from the first of the draft's folders holding it
+            reports = roots[d].file(f"eval/{d}-{t}")
+            for bench in BENCHES:
+                row.setdefault(bench, {})
+                acc.setdefault(bench, {})
+                rep = _load(reports / f"{bench}.json")
+                taus[bench, name] = rep and rep["tau"]
+                row[bench][name] = _r(taus[bench, name])
                 acc[bench][name] = rep and [_r(a) for a in rep["acceptance_by_position"]]
                 if rep:
                     acc[bench][f"{name}_turns"] = rep["turns"]
-        row["macro"] = {
-            name: _r(sum(row[b][name] for b in BENCHES) / len(BENCHES))
-            if all(row[b][name] is not None for b in BENCHES)
+        row["macro"] = {  # from the benches' unrounded taus
+            name: _r(sum(taus[b, name] for b in BENCHES) / len(BENCHES))
+            if all(taus[b, name] is not None for b in BENCHES)
             else None
             for name in TEMPS
         }
@@ -225,8 +230,9 @@ def assemble(
 
 
 class Folders:
-    """One draft's results folders in the order they are searched: a file (or folder) is read
-    from the first that holds it, a glob from the first with a match."""
+    """One draft's results folders in the order they are searched: a file (or folder, e.g. one
+    evaluation's reports, taken whole) is read from the first that holds it, a glob from the
+    first with a match."""
 
     def __init__(self, folders: list[Path]):
         self.folders = [Path(f) for f in folders]

@@ -315,12 +315,16 @@ def resolve(path: Path, log: Callable[[str], None] = _stderr) -> Path:
     says which one was taken), validated for what serving reads: a missing or truncated file is
     named with the size found and the size expected. An exported draft directory (config.json,
     as serving.export writes it) or a checkpoint's `draft/` folder alone (what a device call
-    brings back of a draft serving.export does not take, e.g. EAGLE-3's) is returned as given."""
+    brings back of a draft serving.export does not take, e.g. EAGLE-3's) is returned as given;
+    a `draft/` folder still inside its checkpoint stands for that checkpoint."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(
             f"{path} is not a complete SplitServe checkpoint: it does not exist"
         )
+    if is_draft_folder(path) and path.name == "draft" and (path.parent / META).is_file():
+        log(f"using {path.parent} (the checkpoint {path} belongs to, which names its target)")
+        return resolve(path.parent, log)
     if is_exported(path) or is_draft_folder(path):
         return path
     if (path / "checkpoints").is_dir() and not (path / COMPLETE).exists():

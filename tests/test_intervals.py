@@ -86,9 +86,11 @@ def test_runs_drawn_together_give_a_ratio_of_ratios_and_must_share_their_items()
     def scaled(k):
         return {"gsm8k": {i: (e * k, n) for i, (e, n) in a["gsm8k"].items()}}
 
-    b, c, d = scaled(0.8), scaled(0.5), scaled(0.5)
+    b, c, d = scaled(0.8), scaled(0.5), scaled(0.4)  # a / b = c / d = 1.25
     ci = paired_bootstrap_runs([a, b, c, d], lambda w, x, y, z: (w / x) / (y / z))
-    assert ci == [1.25, 1.25]
+    assert ci == [1.0, 1.0]
+    swapped = paired_bootstrap_runs([a, b, d, c], lambda w, x, y, z: (w / x) / (y / z))
+    assert swapped == pytest.approx([1.5625, 1.5625], abs=1e-3)  # the order counts
     assert paired_bootstrap(a, b, lambda x, y: x / y) == [1.25, 1.25]
     fewer = {"gsm8k": {i: v for i, v in a["gsm8k"].items() if i < 39}}
     assert paired_bootstrap_runs([a, b, fewer], lambda x, y, z: x) is None

@@ -583,6 +583,11 @@ def test_evaluate_serves_a_draft_folder_alone_with_the_target_named(eagle3_ckpt,
     b = json.loads((tmp_path / "eagle3-draft-eval" / "eagle3-draft-t0" / "gsm8k.json").read_text())
     assert a["tau"] == b["tau"] and a["per_item"] == b["per_item"]
     assert b["checkpoint"] == str(alone.resolve())
+    # the same folder still inside its checkpoint stands for the checkpoint (its target named)
+    inside = Path(eagle3_ckpt) / "draft"
+    assert evaluate_main(["--checkpoint", str(inside), "--out", str(tmp_path / "c")] + flags) == 0
+    c = json.loads((tmp_path / "c" / "gsm8k.json").read_text())
+    assert c["checkpoint"] == str(Path(eagle3_ckpt).resolve()) and c["tau"] == a["tau"]
     capsys.readouterr()
     with pytest.raises(ValueError, match="draft/ folder alone, which names no target"):
         export(alone, tmp_path / "export")
