@@ -4,20 +4,21 @@
 
 DIR holds `eval/<draft>-t<T>/<bench>.json` (serving.evaluate, tau-only, the items evaluated),
 `eval/curve-step-N/gsm8k.json` (DSpark's earlier checkpoints), `speed/<name>/gsm8k.json`
-(single-stream runs with target-only decoding), `speed/sts.json` (with `sts_report.json`: ECE/AUC
-on the fit and test prompts), `speed/sps.json` (whole decode steps by verify width;
-`sps_verify.json`: the target's verify alone) and `runs/<draft>/metrics.jsonl` (or
-`metrics.jsonl.gz`, as the passes keep it in git). The table keeps the issue's shape ({draft:
-{bench: {greedy, t1}}}, budget_samples, commands) and adds acceptance by position, macro tau,
-the budget curve, the speedups and the goals (value, limit, met) computed from those figures.
-Where the reports carry `per_item` (serving.evaluate writes it), the two comparisons between
-drafts also get a 95 % interval from a paired bootstrap over items (`settled`: the interval lies
-on one side of the limit), the two greedy ones an interval of their bench's tau over its items,
-and the speedup one from its run's items with both step costs held (the interval leaves out how
-step costs vary between runs); without it a goal met by a small margin is not a result.
+(single-stream runs with target-only decoding; `<draft>-...` for DFlash's and EAGLE-3's),
+`speed/sts.json` (with `sts_report.json`: ECE/AUC on the fit and test prompts), `speed/sps.json`
+(whole decode steps by verify width; `sps_verify.json`: the target's verify alone) and
+`runs/<draft>/metrics.jsonl` (or `metrics.jsonl.gz`, as the passes keep it in git). The table keeps
+the issue's shape ({draft: {bench: {greedy, t1}}}, budget_samples, commands) and adds acceptance by
+position, macro tau, the budget curve, the speedups and the goals (value, limit, met) computed from
+those figures. Where the reports carry `per_item` (serving.evaluate writes it), the two comparisons
+between drafts also get a 95 % interval from a paired bootstrap over items (`settled`: the interval
+lies on one side of the limit), the two greedy ones an interval of their bench's tau over its items,
+and the speedup one from its run's items with both step costs held (the interval leaves out how step
+costs vary between runs); without it a goal met by a small margin is not a result.
 
-`--draft-results DRAFT=DIR` reads one draft's files (its `eval/<draft>-t<T>/` and
-`runs/<draft>/`; for DSpark also the curve and `speed/`) from another pass's folder: a draft
+`--draft-results DRAFT=DIR` reads one draft's files (its `eval/<draft>-t<T>/`, `runs/<draft>/`
+and `speed/<draft>-*/`; for DSpark also the curve and the rest of `speed/`) from another pass's
+folder: a draft
 trained in another pass on the same files to the same budget (pass 21: DFlash here, DSpark from
 pass 18), so the goals between drafts compare them at equal budgets. Given again for the same
 draft it adds a folder: each file is read from the first folder, in the order given, that holds
@@ -148,8 +149,17 @@ def assemble(
                 }
             )
     curve.sort(key=lambda c: c["step"])
+    # the timed runs: `speed/<draft>-*/` of each draft from its own folders (DSpark's folders
+    # also hold its runs under other names, e.g. pass 13's), in the order of their names
+    timed = {
+        p
+        for d in DRAFTS
+        for p in roots[d].glob("speed/*/gsm8k.json")
+        if p.parent.name.startswith(f"{d}-")
+        or (d == "dspark" and not p.parent.name.startswith(("dflash-", "eagle3-")))
+    }
     speed = {}
-    for p in roots["dspark"].glob("speed/*/gsm8k.json"):  # DSpark's timed runs
+    for p in sorted(timed, key=lambda p: (p.parent.name, str(p))):
         rep = _load(p)
         speed[p.parent.name] = {
             "tau": _r(rep["tau"]),

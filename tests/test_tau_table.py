@@ -352,3 +352,31 @@ def test_a_draft_s_files_are_read_from_the_first_of_its_folders_that_holds_each(
     args = ["--results", str(here), "--out", str(tmp_path / "t.json"), "--budget", "100"]
     main([*args, "--draft-results", f"dspark={late}", "--draft-results", f"dspark={early}"])
     assert json.loads((tmp_path / "t.json").read_text())["dspark"]["macro"]["t1"] == 2.25
+
+
+def test_each_draft_s_timed_runs_come_from_its_own_folders(tmp_path):
+    """speed/<draft>-*/ of DFlash and EAGLE-3 are read from their own folders (--draft-results)
+    beside DSpark's; a run named for another draft in DSpark's folder is not taken as DSpark's
+    or that draft's, and the table lists the runs in the order of their names."""
+    here, there = tmp_path / "here", tmp_path / "there"
+
+    def timed(root, name, speedup):
+        write(root / "speed" / name / "gsm8k.json", {
+            "tau": 2.0, "speedup": speedup, "mean_verify_width": 8.0, "items": 20,
+            "speculative": {"tokens_per_s": 3.0, "step_ms": 2.0},
+            "target_only": {"tokens_per_s": 2.0},
+        })  # fmt: skip
+
+    timed(here, "dspark-fixed", 1.8)
+    timed(here, "compiled-mtbench", 1.7)  # DSpark's, by an older name (pass 13)
+    timed(here, "eagle3-fixed", 9.9)  # not read: EAGLE-3's files come from `there`
+    timed(there, "eagle3-fixed", 1.6)
+    timed(there, "dspark-fixed", 9.9)  # not read: DSpark's come from `here`
+    out = assemble(here, 100, 16, [], draft_results={"eagle3": there})
+    assert {k: v["speedup"] for k, v in out["speed_gsm8k"].items()} == {
+        "compiled-mtbench": 1.7,
+        "dspark-fixed": 1.8,
+        "eagle3-fixed": 1.6,
+    }
+    assert list(out["speed_gsm8k"]) == ["compiled-mtbench", "dspark-fixed", "eagle3-fixed"]
+    assert out["goals"]["speculative >= 2x target-only on the runtime (gsm8k)"]["value"] == 1.8
