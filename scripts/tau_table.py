@@ -16,16 +16,15 @@ lies on one side of the limit), the two greedy ones an interval of their bench's
 and the speedup one from its run's items with both step costs held (the interval leaves out how step
 costs vary between runs); without it a goal met by a small margin is not a result.
 
-`--draft-results DRAFT=DIR` reads one draft's files (its `eval/<draft>-t<T>/`, `runs/<draft>/`
-and `speed/<draft>-*/`; for DSpark also the curve and the rest of `speed/`) from another pass's
-folder: a draft
-trained in another pass on the same files to the same budget (pass 21: DFlash here, DSpark from
-pass 18), so the goals between drafts compare them at equal budgets. Given again for the same
-draft it adds a folder: each file is read from the first folder, in the order given, that holds
-it, and one evaluation's reports (`eval/<draft>-t<T>/`) all from the first that holds that
-folder, so one row never mixes two runs' reports (pass 22: pass 19's DSpark, its T=1 reports
-evaluated in pass 22, its greedy ones and its run in pass 19). The weights' checksums
-(`checksums.txt`) and regeneration's logs are read from DIR alone.
+`--draft-results DRAFT=DIR` reads one draft's files (its `eval/<draft>-t<T>/`, `runs/<draft>/` and
+`speed/<draft>-*/`; for DSpark also the curve and the rest of `speed/`) from another pass's folder:
+a draft trained in another pass on the same files to the same budget (pass 21: DFlash here, DSpark
+from pass 18), so the goals between drafts compare them at equal budgets. Given again for the same
+draft it adds a folder: each file is read from the first folder, in the order given, that holds it,
+and one evaluation's reports (`eval/<draft>-t<T>/`) all from the first that holds that folder, so
+one row never mixes two runs' reports (pass 22: pass 19's DSpark, its T=1 reports evaluated in pass
+22, its greedy ones and its run in pass 19). The weights' checksums (`checksums.txt`) and
+regeneration's logs are read from DIR alone.
 """
 
 from __future__ import annotations
@@ -151,12 +150,13 @@ def assemble(
     curve.sort(key=lambda c: c["step"])
     # the timed runs: `speed/<draft>-*/` of each draft from its own folders (DSpark's folders
     # also hold its runs under other names, e.g. pass 13's), in the order of their names
+    others = tuple(f"{d}-" for d in DRAFTS if d != "dspark")
     timed = {
         p
         for d in DRAFTS
         for p in roots[d].glob("speed/*/gsm8k.json")
         if p.parent.name.startswith(f"{d}-")
-        or (d == "dspark" and not p.parent.name.startswith(("dflash-", "eagle3-")))
+        or (d == "dspark" and not p.parent.name.startswith(others))
     }
     speed = {}
     for p in sorted(timed, key=lambda p: (p.parent.name, str(p))):

@@ -12,11 +12,11 @@ target-only decoding (same target, same prompts, same process), and for greedy d
 outputs equal the target-only output; `draft_step_ms` is the median time of one draft proposal;
 `per_item` holds each item's emitted tokens and decode steps (for confidence intervals).
 `acceptance.png` plots acceptance by position. The default --out is RUN/eval/step-N-tT
-(EXPORT-eval/EXPORT-tT beside an exported draft directory, served with --target). Each benchmark's
-JSON is written as soon as it is complete. The first prompt is decoded once untimed first
-(CUDA-graph capture, allocations), and every prompt is prefilled untimed before its timed
-decoding (first-use costs of its shapes, such as cuDNN's attention plan for a new prompt length,
-fall on neither decoder); graphs first needed later (longer contexts, the shorter
+(EXPORT-eval/EXPORT-tT beside an exported draft directory or a draft/ folder alone, served with
+--target). Each benchmark's JSON is written as soon as it is complete. The first prompt is decoded
+once untimed first (CUDA-graph capture, allocations), and every prompt is prefilled untimed before
+its timed decoding (first-use costs of its shapes, such as cuDNN's attention plan for a new prompt
+length, fall on neither decoder); graphs first needed later (longer contexts, the shorter
 verify widths at a request's end) are captured inside the timing, and their capture time is
 measured and left out of `wall_s`, `step_ms` and tokens/s (as a server that captured its graphs
 at start-up would decode), reported as `capture_s`. `--no-baseline` skips target-only decoding
@@ -490,9 +490,9 @@ def main(argv=None) -> int:
     try:
         items = {b: load_bench(b, args.limit) for b in benches}
         ckpt = checkpoint.resolve(args.checkpoint).resolve()
-        # an exported draft or a draft/ folder alone: its reports beside it, not inside it
-        exported = checkpoint.is_exported(ckpt) or checkpoint.is_draft_folder(ckpt)
-        evals = ckpt.with_name(ckpt.name + "-eval") if exported else ckpt.parent.parent / "eval"
+        # a draft alone (exported, or a draft/ folder): its reports beside it, not inside it
+        alone = checkpoint.is_draft_only(ckpt)
+        evals = ckpt.with_name(ckpt.name + "-eval") if alone else ckpt.parent.parent / "eval"
         out = args.out or evals / f"{ckpt.name}-t{args.temperature:g}"
         args.checkpoint = ckpt  # resolved once (a run directory: its newest checkpoint)
         if args.procs == 1:
@@ -508,7 +508,7 @@ def main(argv=None) -> int:
         plot_acceptance(
             reports,
             out / "acceptance.png",
-            f"{ckpt.name if exported else ckpt.parent.parent.name + '/' + ckpt.name}, "
+            f"{ckpt.name if alone else ckpt.parent.parent.name + '/' + ckpt.name}, "
             f"T={args.temperature:g}",
         )
     print(f"wrote {out}", file=sys.stderr)

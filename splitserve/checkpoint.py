@@ -325,7 +325,7 @@ def resolve(path: Path, log: Callable[[str], None] = _stderr) -> Path:
     if is_draft_folder(path) and path.name == "draft" and (path.parent / META).is_file():
         log(f"using {path.parent} (the checkpoint {path} belongs to, which names its target)")
         return resolve(path.parent, log)
-    if is_exported(path) or is_draft_folder(path):
+    if is_draft_only(path):
         return path
     if (path / "checkpoints").is_dir() and not (path / COMPLETE).exists():
         ckpt = latest_good(path, log, needed=DRAFT_FILES)
@@ -355,7 +355,7 @@ def read_draft(path: Path, log: Callable[[str], None] = _stderr) -> DraftCheckpo
     draft directory or a checkpoint's `draft/` folder alone (no target, step or run config: see
     DraftCheckpoint)."""
     path = resolve(path, log)
-    if is_exported(path) or is_draft_folder(path):
+    if is_draft_only(path):
         return DraftCheckpoint(
             path=path,
             step=None,
@@ -407,12 +407,18 @@ def is_draft_folder(path: Path) -> bool:
     return (Path(path) / Path(DRAFT_CONFIG).name).is_file()
 
 
+def is_draft_only(path: Path) -> bool:
+    """`path` holds a draft and nothing of its run (an exported draft directory or a
+    checkpoint's `draft/` folder alone): its config and weights, no target, step or run config."""
+    return is_exported(path) or is_draft_folder(path)
+
+
 def init_source(path: Path, log: Callable[[str], None] = _stderr) -> Path:
     """The directory `read_init_draft` reads: an exported draft directory or a checkpoint's
     draft folder as given, else the checkpoint `resolve` picks (a run directory's newest
     complete one)."""
     path = Path(path)
-    return path if is_exported(path) or is_draft_folder(path) else resolve(path, log)
+    return path if is_draft_only(path) else resolve(path, log)
 
 
 def read_init_config(path: Path, log: Callable[[str], None] = _stderr) -> DraftConfig:
@@ -439,7 +445,7 @@ def read_init_draft(path: Path, log: Callable[[str], None] = _stderr):
     serving.export writes them), a checkpoint's `draft/` folder on its own, or a checkpoint /
     run directory (its newest complete one)."""
     path = init_source(path, log)
-    alone = is_exported(path) or is_draft_folder(path)
+    alone = is_draft_only(path)
     return read_init_config(path, log), load_weights(path if alone else path / "draft")
 
 

@@ -20,6 +20,24 @@ def write(path: Path, data) -> None:
     path.write_text(json.dumps(data) if isinstance(data, dict) else data)
 
 
+def write_reports(root: Path, d: str, t: str, per_step: float) -> None:
+    """`d`'s reports at temperature `t` on the three benches, 20 items each, whose tau is about
+    `per_step` (its items alternate between two counts of emitted tokens)."""
+    for bench in ("gsm8k", "mtbench", "humaneval"):
+        per_item = [[i, round(10 * per_step) + i % 2, 10] for i in range(20)]
+        e, n = (sum(r[k] for r in per_item) for k in (1, 2))
+        rep = {"tau": e / n, "acceptance_by_position": [], "turns": 20, "per_item": per_item}
+        write(root / "eval" / f"{d}-{t}" / f"{bench}.json", rep)
+
+
+def write_speed(root: Path, name: str, tau: float, speedup: float) -> None:
+    """A timed GSM8K run's report, speed/<name>/gsm8k.json."""
+    write(root / "speed" / name / "gsm8k.json", {
+        "tau": tau, "speedup": speedup, "mean_verify_width": 8.0, "items": 20,
+        "speculative": {"tokens_per_s": 3.0, "step_ms": 2.0}, "target_only": {"tokens_per_s": 2.0},
+    })  # fmt: skip
+
+
 def test_table_keeps_the_issue_shape_and_computes_the_goals(tmp_path):
     for d, tau in TAUS.items():
         for t, bump in (("t0", 0.2), ("t1", 0.0)):
@@ -259,11 +277,7 @@ def test_a_draft_trained_in_another_pass_is_read_from_that_pass_s_folder(tmp_pat
     here, there = tmp_path / "here", tmp_path / "there"
 
     def reports(root, d, per_step):
-        for bench in ("gsm8k", "mtbench", "humaneval"):
-            per_item = [[i, round(10 * per_step) + i % 2, 10] for i in range(20)]
-            e, n = (sum(r[k] for r in per_item) for k in (1, 2))
-            rep = {"tau": e / n, "acceptance_by_position": [], "turns": 20, "per_item": per_item}
-            write(root / "eval" / f"{d}-t1" / f"{bench}.json", rep)
+        write_reports(root, d, "t1", per_step)
         line = json.dumps({"step": 1, "loss": per_step}) + "\n"  # gzipped, as the passes keep it
         (root / "runs" / d).mkdir(parents=True)
         (root / "runs" / d / "metrics.jsonl.gz").write_bytes(gzip.compress(line.encode()))
@@ -271,10 +285,7 @@ def test_a_draft_trained_in_another_pass_is_read_from_that_pass_s_folder(tmp_pat
     reports(there, "dspark", 2.2)
     reports(here, "dflash", 1.8)
     reports(here, "dspark", 9.0)  # not read: DSpark comes from `there`
-    write(there / "speed" / "dspark-fixed" / "gsm8k.json", {
-        "tau": 2.2, "speedup": 1.5, "mean_verify_width": 8.0, "items": 20,
-        "speculative": {"tokens_per_s": 3.0, "step_ms": 2.0}, "target_only": {"tokens_per_s": 2.0},
-    })  # fmt: skip
+    write_speed(there, "dspark-fixed", 2.2, 1.5)
     write(there / "eval" / "curve-step-00000003" / "gsm8k.json", {"tau": 1.7})  # DSpark's curve
     write(there / "speed" / "sts.json", {"temperatures": [1.0]})
     out = assemble(here, 100, 16, [], draft_results={"dspark": there})
@@ -325,22 +336,12 @@ def test_a_draft_s_files_are_read_from_the_first_of_its_folders_that_holds_each(
     computed over the T=1 reports of the first."""
     late, early, here = tmp_path / "late", tmp_path / "early", tmp_path / "here"
 
-    def reports(root, d, t, per_step):
-        for bench in ("gsm8k", "mtbench", "humaneval"):
-            per_item = [[i, round(10 * per_step) + i % 2, 10] for i in range(20)]
-            e, n = (sum(r[k] for r in per_item) for k in (1, 2))
-            rep = {"tau": e / n, "acceptance_by_position": [], "turns": 20, "per_item": per_item}
-            write(root / "eval" / f"{d}-{t}" / f"{bench}.json", rep)
-
-    reports(late, "dspark", "t1", 2.2)
-    reports(early, "dspark", "t1", 9.0)  # not read: `late` holds DSpark's T=1 reports
-    reports(early, "dspark", "t0", 3.0)
-    reports(here, "dflash", "t1", 1.8)
+    write_reports(late, "dspark", "t1", 2.2)
+    write_reports(early, "dspark", "t1", 9.0)  # not read: `late` holds DSpark's T=1 reports
+    write_reports(early, "dspark", "t0", 3.0)
+    write_reports(here, "dflash", "t1", 1.8)
     write(early / "runs" / "dspark" / "metrics.jsonl", json.dumps({"step": 1, "loss": 1.25}))
-    write(early / "speed" / "dspark-fixed" / "gsm8k.json", {
-        "tau": 3.0, "speedup": 2.1, "mean_verify_width": 8.0, "items": 20,
-        "speculative": {"tokens_per_s": 3.0, "step_ms": 2.0}, "target_only": {"tokens_per_s": 2.0},
-    })  # fmt: skip
+    write_speed(early, "dspark-fixed", 3.0, 2.1)
     out = assemble(here, 100, 16, [], draft_results={"dspark": [late, early]})
     assert out["draft_results"] == {"dspark": [str(late), str(early)]}
     assert out["dspark"]["macro"] == {"greedy": 3.05, "t1": 2.25}
@@ -360,18 +361,11 @@ def test_each_draft_s_timed_runs_come_from_its_own_folders(tmp_path):
     or that draft's, and the table lists the runs in the order of their names."""
     here, there = tmp_path / "here", tmp_path / "there"
 
-    def timed(root, name, speedup):
-        write(root / "speed" / name / "gsm8k.json", {
-            "tau": 2.0, "speedup": speedup, "mean_verify_width": 8.0, "items": 20,
-            "speculative": {"tokens_per_s": 3.0, "step_ms": 2.0},
-            "target_only": {"tokens_per_s": 2.0},
-        })  # fmt: skip
-
-    timed(here, "dspark-fixed", 1.8)
-    timed(here, "compiled-mtbench", 1.7)  # DSpark's, by an older name (pass 13)
-    timed(here, "eagle3-fixed", 9.9)  # not read: EAGLE-3's files come from `there`
-    timed(there, "eagle3-fixed", 1.6)
-    timed(there, "dspark-fixed", 9.9)  # not read: DSpark's come from `here`
+    write_speed(here, "dspark-fixed", 2.0, 1.8)
+    write_speed(here, "compiled-mtbench", 2.0, 1.7)  # DSpark's, by an older name (pass 13)
+    write_speed(here, "eagle3-fixed", 2.0, 9.9)  # not read: EAGLE-3's files come from `there`
+    write_speed(there, "eagle3-fixed", 2.0, 1.6)
+    write_speed(there, "dspark-fixed", 2.0, 9.9)  # not read: DSpark's come from `here`
     out = assemble(here, 100, 16, [], draft_results={"eagle3": there})
     assert {k: v["speedup"] for k, v in out["speed_gsm8k"].items()} == {
         "compiled-mtbench": 1.7,
