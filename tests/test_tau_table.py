@@ -374,3 +374,27 @@ def test_each_draft_s_timed_runs_come_from_its_own_folders(tmp_path):
     }
     assert list(out["speed_gsm8k"]) == ["compiled-mtbench", "dspark-fixed", "eagle3-fixed"]
     assert out["goals"]["speculative >= 2x target-only on the runtime (gsm8k)"]["value"] == 1.8
+
+
+def test_one_folder_of_timed_runs_searched_first_by_the_three_drafts(tmp_path):
+    """Pass 23's table: the three drafts' timed runs of one session in one folder, given first
+    to each draft, their evaluations in older folders after it. Each run is listed once, an
+    older folder's timed runs are not read (a glob comes from the first folder with a match),
+    the reports still come from the older folders, and the speed goal is the shared folder's."""
+    timed, old = tmp_path / "timed", {d: tmp_path / d for d in ("dspark", "dflash", "eagle3")}
+    for d, per_step in (("dspark", 2.0), ("dflash", 1.8), ("eagle3", 2.2)):
+        for t in ("t0", "t1"):
+            write_reports(old[d], d, t, per_step)
+        write_speed(timed, f"{d}-fixed", per_step, per_step - 0.3)
+    write_speed(timed, "dspark-fixed-repeat", 2.0, 1.72)
+    write_speed(old["dspark"], "dspark-fixed", 2.0, 9.9)  # another machine's run: not read
+    out = assemble(old["eagle3"], 100, 16, [], draft_results={d: [timed, old[d]] for d in old})
+    assert {k: v["speedup"] for k, v in out["speed_gsm8k"].items()} == {
+        "dflash-fixed": 1.5,
+        "dspark-fixed": 1.7,
+        "dspark-fixed-repeat": 1.72,
+        "eagle3-fixed": 1.9,
+    }
+    # write_reports alternates its items between 10 * per_step and one token more
+    assert out["dflash"]["gsm8k"]["t1"] == 1.85 and out["eagle3"]["gsm8k"]["greedy"] == 2.25
+    assert out["goals"]["speculative >= 2x target-only on the runtime (gsm8k)"]["value"] == 1.7

@@ -1,20 +1,13 @@
 #!/bin/bash
-# Pass 22: assemble docs/ablations/tau_h200.json (the three drafts at 110,000 samples) and
-# tau_h200_pass22.json (DSpark and DFlash at 206,000) from the folders the passes keep.
+# Pass 22: assemble docs/ablations/tau_h200_pass22.json (DSpark and DFlash at 206,000 samples)
+# from the folders the passes keep. Pass 22's other table, the three drafts at 110,000 (then
+# tau_h200.json), is tau_h200_pass23.json since pass 23: the same reports and goals with pass
+# 23's batch-1 timings (tau_h200_pass23/assemble.sh, which now writes tau_h200.json at 206,000).
 #   bash docs/ablations/tau_h200_pass22/assemble.sh   # PY: the Python to run (default python)
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 PY=${PY:-python}
 P=docs/ablations/tau_h200_pass22
-# the three drafts at 110,000 samples of training: docs/ablations/tau_h200.json
-$PY scripts/tau_table.py --results $P/eagle3_110k --out docs/ablations/tau_h200.json --budget 80000 --samples-before 30000 \
- --draft-results dspark=docs/ablations/tau_h200_pass18 --draft-results dflash=docs/ablations/tau_h200_pass21 \
- --command 'W=/tmp/e18 bash scripts/tau_experiment.sh data-in /tmp/d18   # pass 18 file, 61,614 samples, sha256 7726c1c2...' \
- --command 'GPUS=1 SPEED=0 ABLATE=0 CURVE=0 W=/tmp/e18 SAMPLES=60000 STEPS=5000 RUNS=eagle3 EVAL_JOBS="eagle3-t1 eagle3-t0" EXTRA="train.init_from=/tmp/e3w/draft" bash scripts/tau_experiment.sh pipeline-fg   # EAGLE-3 stage 2 (pass 22, eagle3_110k/), from chain.sh, run from a copy of the checkout; /tmp/e3w: pass 21 eagle3_30k weights, sha256 f48ea626...' \
- --command 'GPUS=1 RUNS=eagle3 SPEED=0 ABLATE=0 CURVE=0 W=/tmp/e17 SAMPLES=30000 EVAL_JOBS="" bash scripts/tau_experiment.sh pipeline-fg   # EAGLE-3 stage 1 (pass 21, tau_h200_pass21/eagle3_30k/): 1,875 steps over pass 17 file' \
- --note 'three drafts at 110,000 samples of training each, on the same two files in the same two stages: 1,875 steps over pass 17 file (30,846 samples, sha256 6d91f045...), then train.init_from that run and 5,000 steps over pass 18 file (61,614 samples, sha256 7726c1c2...), each stage with its own warm-up and cosine, data.shuffle_seed 0' \
- --note 'eagle3 is pass 22 (its stage 1 pass 21); dspark is pass 18 (with its speed run, 1.805x); dflash is pass 21 (both read with --draft-results; their commands are in tau_h200_pass18.json and tau_h200_pass21.json)' \
- --note 'the greedy and speed goals were met by pass 20 draft at 334,000 samples (tau_h200_pass20.json), not by this budget draft; the T=1 goal against DFlash is settled at 206,000 (tau_h200_pass22.json)'
 # DSpark against DFlash at 206,000: docs/ablations/tau_h200_pass22.json
 $PY scripts/tau_table.py --results $P/dflash_206k --out docs/ablations/tau_h200_pass22.json --budget 96000 --samples-before 110000 \
  --draft-results dspark=$P/dspark_206k --draft-results dspark=docs/ablations/tau_h200_pass19 \

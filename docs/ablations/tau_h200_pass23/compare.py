@@ -1,0 +1,116 @@
+"""Pass 23's comparisons, paired over items (serving.intervals):
+- EAGLE-3 at 206,000 samples (this pass) against pass 19's DSpark and pass 22's DFlash, all three
+  trained on the same two files in the same three stages (the issue's T=1 goal against EAGLE-3
+  at the largest budget the three share), and against itself at 110,000 (pass 22);
+- EAGLE-3's lead over DSpark at 206,000 over its lead at 110,000 (the four runs' items drawn
+  together);
+- the batch-1 timings of this pass (timed_110k/: the three 110,000-sample drafts, one after
+  another on one idle H200, GSM8K's 200, each with target-only decoding in its own run): each
+  speedup, and each ratio of two speedups with an interval over the items with both drafts'
+  step costs held at their runs' (it leaves out how step costs vary between runs: DSpark's
+  two runs, `dspark-fixed` and `dspark-fixed-repeat`, show that spread).
+
+    python docs/ablations/tau_h200_pass23/compare.py   # from the checkout: writes compare.json
+"""
+
+import json
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parents[2]))
+from serving.intervals import (  # noqa: E402
+    compare_parts,
+    comparison_lines,
+    folder_parts,
+    macro_tau,
+    paired_bootstrap,
+    paired_bootstrap_runs,
+)
+
+BENCHES = ["gsm8k", "mtbench", "humaneval"]
+ABL = HERE.parent
+P22 = ABL / "tau_h200_pass22"
+EVALS = {  # draft at its budget (thousands of samples): its reports' folder, by temperature
+    "eagle3_206": {t: HERE / f"eagle3_206k/eval/eagle3-{t}" for t in ("t1", "t0")},
+    "dspark_206": {
+        "t1": P22 / "dspark_206k/eval/dspark-t1",
+        "t0": ABL / "tau_h200_pass19/eval/dspark-t0",
+    },
+    "dflash_206": {t: P22 / f"dflash_206k/eval/dflash-{t}" for t in ("t1", "t0")},
+    "eagle3_110": {t: P22 / f"eagle3_110k/eval/eagle3-{t}" for t in ("t1", "t0")},
+    "dspark_110": {t: ABL / f"tau_h200_pass18/eval/dspark-{t}" for t in ("t1", "t0")},
+}
+PAIRS = [
+    ("dspark_206", "eagle3_206"),
+    ("eagle3_206", "dflash_206"),
+    ("eagle3_206", "eagle3_110"),
+]
+TIMED = HERE / "timed_110k/speed"
+RUNS = ["eagle3-fixed", "dflash-fixed", "dspark-fixed", "dspark-fixed-repeat"]
+
+
+def parts(draft, t):
+    return folder_parts(EVALS[draft][t], BENCHES)
+
+
+res = {
+    f"{a}_vs_{b}_{t}": compare_parts(parts(a, t), parts(b, t))
+    for t in ("t1", "t0")
+    for a, b in PAIRS
+}
+for t in ("t1", "t0"):  # EAGLE-3's lead over DSpark at 206,000 over its lead at 110,000
+    runs = [parts(d, t) for d in ("eagle3_206", "dspark_206", "eagle3_110", "dspark_110")]
+    taus = [macro_tau(r) for r in runs]
+    res[f"eagle3_lead_206_vs_110_{t}"] = {
+        "ratio_of_ratios": (taus[0] / taus[1]) / (taus[2] / taus[3]),
+        "ratio_of_ratios_ci95": paired_bootstrap_runs(runs, lambda a, b, c, d: (a / b) / (c / d)),
+    }
+reports = {r: json.loads((TIMED / r / "gsm8k.json").read_text()) for r in RUNS}
+speed = {
+    r: {
+        "tau": rep["tau"],
+        "speedup": rep["speedup"],
+        "speculative_step_ms": rep["speculative"]["step_ms"],
+        "target_only_step_ms": rep["target_only"]["step_ms"],
+        "draft_step_ms": rep["draft_step_ms"],
+        # the step's part outside the draft's proposal: verification and the decoder's own work
+        "rest_of_step_ms": rep["speculative"]["step_ms"] - rep["draft_step_ms"],
+    }
+    for r, rep in reports.items()
+}
+timed_parts = {r: folder_parts(TIMED / r, ["gsm8k"]) for r in RUNS}
+ratios = {}
+for a, b in [
+    ("eagle3-fixed", "dspark-fixed"),
+    ("dflash-fixed", "dspark-fixed"),
+    ("eagle3-fixed", "dflash-fixed"),
+    ("dspark-fixed", "dspark-fixed-repeat"),
+]:
+    sa, sb = speed[a]["speedup"], speed[b]["speedup"]
+    ta, tb = (macro_tau(timed_parts[r]) for r in (a, b))
+    held = (sa / ta) / (sb / tb)  # each speedup scales with its run's tau at its step costs
+    ratios[f"{a}_vs_{b}"] = {
+        "speedup_ratio": sa / sb,
+        "speedup_ratio_ci95": paired_bootstrap(
+            timed_parts[a], timed_parts[b], lambda x, y, held=held: held * x / y
+        ),
+        "tau_ratio": ta / tb,
+    }
+res["timed_110k"] = {"runs": speed, "ratios": ratios}
+(HERE / "compare.json").write_text(json.dumps(res, indent=1) + "\n")
+pairs = {k: v for k, v in res.items() if "macro_ratio" in v}
+print("\n".join(comparison_lines(pairs)))
+for k, v in res.items():
+    if "ratio_of_ratios" in v:
+        lo, hi = v["ratio_of_ratios_ci95"]
+        print(f"{k}: x{v['ratio_of_ratios']:.3f} ({lo:.3f}-{hi:.3f})")
+for r, s in speed.items():
+    print(
+        f"{r}: tau {s['tau']:.3f}, {s['speedup']:.3f}x target-only;"
+        f" step {s['speculative_step_ms']:.3f} ms (draft {s['draft_step_ms']:.3f},"
+        f" rest {s['rest_of_step_ms']:.3f}), target-only {s['target_only_step_ms']:.3f} ms"
+    )
+for k, v in ratios.items():
+    lo, hi = v["speedup_ratio_ci95"]
+    print(f"{k}: speedup x{v['speedup_ratio']:.3f} ({lo:.3f}-{hi:.3f}), tau x{v['tau_ratio']:.3f}")
