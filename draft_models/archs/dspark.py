@@ -98,7 +98,8 @@ class DSparkDraft(DraftModel):
 class DSparkProposer:
     """Decode-time state of a DSpark / DFlash draft: per-layer keys/values of the injected target
     states of committed positions (the KV injection), one parallel backbone pass per block, then
-    the sequential and confidence heads left to right over the gamma slots.
+    the sequential head left to right over the gamma slots, then the confidence head over all of
+    them at once (each slot's previous token is known by then).
 
     The proposer contract (every registered architecture's proposer follows it): everything stays
     on the draft's device and has a fixed shape, so a step never reads the device:
@@ -239,32 +240,41 @@ class DSparkProposer:
             hidden = hidden[:, 1:]
         head = d.sequential_head
         state = head.init_state(r, hidden) if head is not None else None
-        tokens, dists, conf = [], [], []
+        hidden = hidden[:, : self.gamma]
+        tokens, dists = [], []
         prev = anchor
         # the target head over every slot at once: its vocab x hidden weight (the largest read
         # of a proposal) is read once, not gamma times (only the Markov term needs the prefix)
-        head_logits = d.target_head.logits(hidden[:, : self.gamma]).float()
+        head_logits = d.target_head.logits(hidden).float()
+        # only the Markov term and the draw run slot after slot: every kernel in this loop is
+        # launched gamma times per proposal, so what can run once over all slots does (the
+        # target head above, the confidence head below)
         for k in range(self.gamma):
-            h = hidden[:, k]
             logits = head_logits[:, k]
             if head is not None:
-                z, state = head.step(state, prev, h)
+                z, state = head.step(state, prev, hidden[:, k])
                 logits = logits + head.markov_w2(z).float()
-            if cfg.confidence_head:
-                prev_emb = head.prev_embedding(prev) if head is not None else None
-                conf.append(d.confidence_head(h, prev_emb).double())
-            picked, probs = pick_counted(logits, temperature, self.seed_in, self.draws)
+            # draw k of this proposal: counter draws + k (greedy reads no counter)
+            count = self.draws + k if temperature > 0 else self.draws
+            picked, probs = pick_counted(logits, temperature, self.seed_in, count)
             prev = picked[:, 0]
-            self.draws.add_(1)
             tokens.append(prev)
             dists.append(probs)
-        confidence = torch.stack(conf, 1) if conf else None
+        self.draws.add_(self.gamma)
+        drafted = torch.stack(tokens, 1)
+        confidence = None
+        if cfg.confidence_head:
+            # every slot's previous token is known now: the confidence head over all slots at
+            # once, as training applies it (DSparkDraft.heads), not once per slot in the loop
+            prevs = torch.cat((anchor[:, None], drafted[:, :-1]), 1)
+            prev_emb = head.prev_embedding(prevs) if head is not None else None
+            confidence = d.confidence_head(hidden, prev_emb).double()
         if confidence is not None:
             survival = torch.cumprod(torch.sigmoid(confidence / self.sts[: self.gamma]), 1)
         else:
             survival = torch.ones(r, self.gamma, dtype=torch.float64, device=anchor.device)
         proposals = torch.stack(dists, 1) if temperature > 0 else None
-        return torch.stack(tokens, 1), proposals, survival, confidence
+        return drafted, proposals, survival, confidence
 
 
 # ----- export to SGLang 0.5.23 (`--speculative-algorithm DSPARK`) -----
