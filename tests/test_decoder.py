@@ -426,3 +426,39 @@ def test_a_reset_proposer_sees_nothing_of_the_previous_request():
     torch.testing.assert_close(kept.confidence_logits, fresh.confidence_logits)
     with pytest.raises(ValueError, match="position 64 is past the proposer's 64"):
         fresh.commit(f, torch.tensor(short), 59)
+
+
+@pytest.mark.parametrize("head", ["markov", "gated", "rnn"])
+def test_a_proposal_is_what_training_s_heads_give_on_its_own_tokens(head):
+    """Decode time runs the sequential head slot after slot and the confidence head over all
+    slots at once; teacher-forced on the proposal's own tokens, training's heads
+    (DSparkDraft.heads) give the same latents: each drafted token is the argmax of the target
+    head plus the Markov bias, and the confidence logits are training's."""
+    from draft_models import DSparkProposer
+    from draft_models.packed_attention import TokenIndex
+
+    target = tiny_target()
+    draft = draft_for(target, sequential_head=head)
+    prompt = torch.tensor([5, 17, 42, 8, 3])
+    dec = SpeculativeDecoder(target, draft)
+    gamma = draft.cfg.block_size
+    with torch.no_grad():
+        dec.engine.begin(64)
+        _, feats = dec.engine.forward(prompt, 0)
+        proposer = DSparkProposer(draft, gamma, torch.ones(gamma, dtype=torch.float64), 64)
+        proposer.commit(feats, prompt, 0)
+        anchor = torch.tensor([11])
+        tokens, _, _ = proposer.propose(anchor, 5, 0.0, None)
+        ids = torch.tensor([[11] + [draft.cfg.mask_token_id] * (gamma - 1)])
+        hidden = draft.backbone(
+            ids,
+            TokenIndex.single_block(5, gamma, "cpu"),
+            [(k[:5], v[:5]) for k, v in proposer.ctx_kv],
+            TokenIndex.context(5, "cpu"),
+            backend="dense",
+        )
+        prev = torch.cat((anchor, tokens[:-1]))[None]
+        out = draft.heads(hidden, prev)
+        logits = draft.target_head.logits(hidden) + draft.sequential_head.markov_w2(out.seq_latent)
+    assert tokens.tolist() == logits[0].argmax(-1).tolist()
+    torch.testing.assert_close(proposer.confidence_logits, out.confidence_logit[0].double())

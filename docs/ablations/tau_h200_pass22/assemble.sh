@@ -1,8 +1,8 @@
 #!/bin/bash
 # Pass 22: assemble docs/ablations/tau_h200_pass22.json (DSpark and DFlash at 206,000 samples)
 # from the folders the passes keep. Pass 22's other table, the three drafts at 110,000 (then
-# tau_h200.json), is tau_h200_pass23.json since pass 23: the same reports and goals with pass
-# 23's batch-1 timings (tau_h200_pass23/assemble.sh, which now writes tau_h200.json at 206,000).
+# tau_h200.json), is tau_h200_pass23.json since pass 23: the same reports with pass 23's batch-1
+# timings (tau_h200_pass23/assemble.sh, which now writes tau_h200.json at 206,000).
 #   bash docs/ablations/tau_h200_pass22/assemble.sh   # PY: the Python to run (default python)
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
