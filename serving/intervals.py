@@ -5,7 +5,8 @@ Both drafts decoded the same items, so each bootstrap draw takes the same items 
 replacement) for both and recomputes tau as emitted tokens over decode steps of the drawn
 items. Used by scripts/tau_table.py (the goals) and serving.ablation_report (each job against
 the first) and the passes' `compare.py` in docs/ablations (`compare_parts` on two folders of
-reports, `comparison_lines` to print them). `bootstrap` draws one run's items alone, for a
+reports, `compare_folders` on pairs of them, `ratio_of_ratios` over four runs,
+`comparison_lines` to print them). `bootstrap` draws one run's items alone, for a
 figure that scales with its tau (the speedup and greedy goals).
 """
 
@@ -56,11 +57,43 @@ def compare_parts(a: Parts, b: Parts, name: str = "this") -> dict:
     return out
 
 
+def compare_folders(
+    folders: dict[str, dict[str, Path]],
+    pairs: list[tuple[str, str]],
+    benches: list[str],
+    temps: tuple[str, ...] = ("t1", "t0"),
+) -> dict[str, dict]:
+    """compare_parts of each pair (a, b) of runs at each temperature, keyed "{a}_vs_{b}_{t}",
+    from `folders` {run: {temperature: the folder of its reports}} (the passes' compare.py)."""
+    return {
+        f"{a}_vs_{b}_{t}": compare_parts(
+            folder_parts(folders[a][t], benches), folder_parts(folders[b][t], benches)
+        )
+        for t in temps
+        for a, b in pairs
+    }
+
+
+def ratio_of_ratios(runs: list[Parts]) -> dict:
+    """(a / b) / (c / d) of four runs' macro taus with its 95 % interval, the four drawn together:
+    e.g. one draft's lead over another at a larger budget over its lead at a smaller one."""
+    taus = [macro_tau(r) for r in runs]
+    return {
+        "ratio_of_ratios": (taus[0] / taus[1]) / (taus[2] / taus[3]),
+        "ratio_of_ratios_ci95": paired_bootstrap_runs(runs, lambda a, b, c, d: (a / b) / (c / d)),
+    }
+
+
 def comparison_lines(comparisons: dict[str, dict], name: str = "this") -> list[str]:
     """compare_parts' results, keyed by what was compared, as lines to print: each one's macro
-    ratio with its interval, then each bench's taus and difference with its interval."""
+    ratio with its interval, then each bench's taus and difference with its interval; a
+    ratio_of_ratios result as one line."""
     lines = []
     for key, c in comparisons.items():
+        if "ratio_of_ratios" in c:
+            lo, hi = c["ratio_of_ratios_ci95"]
+            lines.append(f"{key}: x{c['ratio_of_ratios']:.3f} ({lo:.3f}-{hi:.3f})")
+            continue
         lo, hi = c["macro_ratio_ci95"]
         lines.append(f"{key}: macro x{c['macro_ratio']:.3f} ({lo:.3f}-{hi:.3f})")
         for bench, mine in c[name].items():

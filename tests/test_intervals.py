@@ -7,11 +7,13 @@ import pytest
 
 from serving.intervals import (
     bootstrap,
+    compare_folders,
     compare_parts,
     comparison_lines,
     folder_parts,
     paired_bootstrap,
     paired_bootstrap_runs,
+    ratio_of_ratios,
 )
 
 
@@ -94,3 +96,28 @@ def test_runs_drawn_together_give_a_ratio_of_ratios_and_must_share_their_items()
     assert paired_bootstrap(a, b, lambda x, y: x / y) == [1.25, 1.25]
     fewer = {"gsm8k": {i: v for i, v in a["gsm8k"].items() if i < 39}}
     assert paired_bootstrap_runs([a, b, fewer], lambda x, y, z: x) is None
+
+
+def test_compare_folders_pairs_runs_by_temperature_and_a_ratio_of_ratios_prints_one_line(
+    tmp_path,
+):
+    """What the passes' compare.py run: each pair of runs at each temperature from their report
+    folders, and one draft's lead at two budgets as a ratio of ratios, printed one line each."""
+    folders = {}
+    for run, per_step in (("new", 30), ("old", 20), ("new_small", 24), ("old_small", 20)):
+        for t in ("t1", "t0"):
+            folders.setdefault(run, {})[t] = tmp_path / run / t
+            report(folders[run][t], "gsm8k", [[i, per_step + (t == "t0"), 10] for i in range(40)])
+    res = compare_folders(folders, [("new", "old")], ["gsm8k"])
+    assert list(res) == ["new_vs_old_t1", "new_vs_old_t0"]
+    assert res["new_vs_old_t1"]["macro_ratio"] == pytest.approx(1.5)
+    assert res["new_vs_old_t0"]["macro_ratio"] == pytest.approx(3.1 / 2.1)
+    runs = [
+        folder_parts(folders[r]["t1"], ["gsm8k"]) for r in ("new", "old", "new_small", "old_small")
+    ]
+    res["lead_t1"] = ratio_of_ratios(runs)  # 1.5 over 1.2
+    assert res["lead_t1"]["ratio_of_ratios"] == pytest.approx(1.25)
+    assert res["lead_t1"]["ratio_of_ratios_ci95"] == pytest.approx([1.25, 1.25])
+    lines = comparison_lines(res)
+    assert lines[0] == "new_vs_old_t1: macro x1.500 (1.500-1.500)"
+    assert lines[-1] == "lead_t1: x1.250 (1.250-1.250)"

@@ -19,13 +19,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[2]))
-from serving.intervals import (  # noqa: E402
-    compare_parts,
-    comparison_lines,
-    folder_parts,
-    macro_tau,
-    paired_bootstrap_runs,
-)
+from serving.intervals import compare_folders, comparison_lines, folder_parts, ratio_of_ratios  # noqa: E402
 
 BENCHES = ["gsm8k", "mtbench", "humaneval"]
 ABL = HERE.parent
@@ -56,22 +50,9 @@ def parts(draft, t):
     return folder_parts(EVALS[draft][t], BENCHES)
 
 
-res = {
-    f"{a}_vs_{b}_{t}": compare_parts(parts(a, t), parts(b, t))
-    for t in ("t1", "t0")
-    for a, b in PAIRS
-}
+res = compare_folders(EVALS, PAIRS, BENCHES)
 for t in ("t1", "t0"):  # DSpark's lead over DFlash at 206,000 over its lead at 110,000
     runs = [parts(d, t) for d in ("dspark_206", "dflash_206", "dspark_110", "dflash_110")]
-    taus = [macro_tau(r) for r in runs]
-    res[f"lead_over_dflash_206_vs_110_{t}"] = {
-        "ratio_of_ratios": (taus[0] / taus[1]) / (taus[2] / taus[3]),
-        "ratio_of_ratios_ci95": paired_bootstrap_runs(runs, lambda a, b, c, d: (a / b) / (c / d)),
-    }
+    res[f"lead_over_dflash_206_vs_110_{t}"] = ratio_of_ratios(runs)
 (HERE / "compare.json").write_text(json.dumps(res, indent=1) + "\n")
-pairs = {k: v for k, v in res.items() if "macro_ratio" in v}
-print("\n".join(comparison_lines(pairs)))
-for k, v in res.items():
-    if k not in pairs:
-        lo, hi = v["ratio_of_ratios_ci95"]
-        print(f"{k}: x{v['ratio_of_ratios']:.3f} ({lo:.3f}-{hi:.3f})")
+print("\n".join(comparison_lines(res)))

@@ -20,12 +20,12 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[2]))
 from serving.intervals import (  # noqa: E402
-    compare_parts,
+    compare_folders,
     comparison_lines,
     folder_parts,
     macro_tau,
     paired_bootstrap,
-    paired_bootstrap_runs,
+    ratio_of_ratios,
 )
 
 BENCHES = ["gsm8k", "mtbench", "humaneval"]
@@ -54,18 +54,10 @@ def parts(draft, t):
     return folder_parts(EVALS[draft][t], BENCHES)
 
 
-res = {
-    f"{a}_vs_{b}_{t}": compare_parts(parts(a, t), parts(b, t))
-    for t in ("t1", "t0")
-    for a, b in PAIRS
-}
+res = compare_folders(EVALS, PAIRS, BENCHES)
 for t in ("t1", "t0"):  # EAGLE-3's lead over DSpark at 206,000 over its lead at 110,000
     runs = [parts(d, t) for d in ("eagle3_206", "dspark_206", "eagle3_110", "dspark_110")]
-    taus = [macro_tau(r) for r in runs]
-    res[f"eagle3_lead_206_vs_110_{t}"] = {
-        "ratio_of_ratios": (taus[0] / taus[1]) / (taus[2] / taus[3]),
-        "ratio_of_ratios_ci95": paired_bootstrap_runs(runs, lambda a, b, c, d: (a / b) / (c / d)),
-    }
+    res[f"eagle3_lead_206_vs_110_{t}"] = ratio_of_ratios(runs)
 reports = {r: json.loads((TIMED / r / "gsm8k.json").read_text()) for r in RUNS}
 speed = {
     r: {
@@ -99,12 +91,7 @@ for a, b in [
     }
 res["timed_110k"] = {"runs": speed, "ratios": ratios}
 (HERE / "compare.json").write_text(json.dumps(res, indent=1) + "\n")
-pairs = {k: v for k, v in res.items() if "macro_ratio" in v}
-print("\n".join(comparison_lines(pairs)))
-for k, v in res.items():
-    if "ratio_of_ratios" in v:
-        lo, hi = v["ratio_of_ratios_ci95"]
-        print(f"{k}: x{v['ratio_of_ratios']:.3f} ({lo:.3f}-{hi:.3f})")
+print("\n".join(comparison_lines({k: v for k, v in res.items() if k != "timed_110k"})))
 for r, s in speed.items():
     print(
         f"{r}: tau {s['tau']:.3f}, {s['speedup']:.3f}x target-only;"
