@@ -35,6 +35,9 @@ def test_smollm2_converts_once_and_generates_like_the_gguf(smol_dir, tmp_path_fa
         gguf.parent, gguf_file=gguf.name, dtype=torch.float32
     ).eval()
     torch.testing.assert_close(model(prompt).logits, reference(prompt).logits, rtol=0, atol=0)
+    # a plain directory: the weights are dequantised, so no GGUF quantizer comes with a load
+    assert "quantization_config" not in json.loads((smol_dir / "config.json").read_text())
+    assert getattr(model, "hf_quantizer", None) is None
     marker = json.loads((smol_dir / MARKER).read_text())
     assert marker["bytes"] == gguf.stat().st_size
     mtime = (smol_dir / MARKER).stat().st_mtime
@@ -52,6 +55,19 @@ def test_an_interrupted_conversion_is_redone(tmp_path):
     assert (dest / MARKER).is_file() and json.loads((dest / "config.json").read_text())[
         "model_type"
     ] == "llama"
+
+
+def test_a_directory_converted_with_the_gguf_s_quantization_config_is_repaired(tmp_path):
+    """Conversions before the fix saved the GGUF's quantization_config beside dequantised
+    weights; a complete directory (its marker there) keeps everything else and loses that."""
+    dest = tmp_path / "smollm2-135m-instruct-float32"
+    dest.mkdir()
+    config = {"model_type": "llama", "quantization_config": {"quant_method": "gguf"}}
+    (dest / "config.json").write_text(json.dumps(config))
+    (dest / MARKER).write_text("{}")
+    assert ensure_smollm2(tmp_path) == dest
+    assert json.loads((dest / "config.json").read_text()) == {"model_type": "llama"}
+    assert sorted(p.name for p in dest.iterdir()) == ["config.json", MARKER]
 
 
 def test_assistant_only_loss_mask_on_the_real_chat_template(smol_dir):

@@ -83,7 +83,25 @@ def ensure_smollm2(cache_dir: Path | None = None, dtype: torch.dtype = torch.flo
         return {"source": str(gguf), "bytes": gguf.stat().st_size, "dtype": str(dtype)}
 
     dest = (cache_dir or default_cache_dir()) / f"{DIR_NAME}-{str(dtype).removeprefix('torch.')}"
-    return _materialise(dest, MARKER, convert)
+    _materialise(dest, MARKER, convert)
+    _drop_quantization_config(dest)
+    return dest
+
+
+def _drop_quantization_config(directory: Path) -> None:
+    """The model loaded from the GGUF carries the GGUF's `quantization_config` into the config
+    it saves, though the saved weights are dequantised; with it, transformers attaches its GGUF
+    quantizer to every later load of the directory (and 5.24 warns that the weights stay packed,
+    which they do not: the layers load as plain nn.Linear). Removed here, once, atomically; this
+    also repairs directories converted before it was."""
+    path = directory / "config.json"
+    config = json.loads(path.read_text())
+    if "quantization_config" not in config:
+        return
+    del config["quantization_config"]
+    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    os.replace(tmp, path)
 
 
 LING3_MINI = dict(
