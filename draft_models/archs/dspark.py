@@ -262,16 +262,15 @@ class DSparkProposer:
             dists.append(probs)
         self.draws.add_(self.gamma)
         drafted = torch.stack(tokens, 1)
-        confidence = None
         if cfg.confidence_head:
             # every slot's previous token is known now: the confidence head over all slots at
             # once, as training applies it (DSparkDraft.heads), not once per slot in the loop
             prevs = torch.cat((anchor[:, None], drafted[:, :-1]), 1)
             prev_emb = head.prev_embedding(prevs) if head is not None else None
             confidence = d.confidence_head(hidden, prev_emb).double()
-        if confidence is not None:
             survival = torch.cumprod(torch.sigmoid(confidence / self.sts[: self.gamma]), 1)
         else:
+            confidence = None
             survival = torch.ones(r, self.gamma, dtype=torch.float64, device=anchor.device)
         proposals = torch.stack(dists, 1) if temperature > 0 else None
         return drafted, proposals, survival, confidence
