@@ -43,9 +43,10 @@ def _param_count(job: Path, checkpoints: list[Path]) -> int | None:
     return json.loads(summary.read_text()).get("draft_params") if summary.is_file() else None
 
 
-def read_job(job: Path, temperature: float) -> dict:
-    """Overrides, parameter count, the last simulated tau of training, and the newest evaluation
-    at `temperature` (of whichever checkpoint was evaluated; none is fine)."""
+def read_job(job: Path, temperature: float, ignore: tuple[str, ...] = ()) -> dict:
+    """Overrides (less bookkeeping and those starting with a prefix in `ignore`), parameter
+    count, the last simulated tau of training, and the newest evaluation at `temperature` (of
+    whichever checkpoint was evaluated; none is fine)."""
     overrides_file = job / ".hydra" / "overrides.yaml"
     if not overrides_file.is_file():
         raise FileNotFoundError(
@@ -56,7 +57,7 @@ def read_job(job: Path, temperature: float) -> dict:
         for line in overrides_file.read_text().splitlines()
         if line.startswith("- ")
     ]
-    overrides = [o for o in overrides if not o.startswith(BOOKKEEPING)]
+    overrides = [o for o in overrides if not o.startswith(BOOKKEEPING + tuple(ignore))]
     checkpoints = checkpoint.complete_checkpoints(job)
     eval_dirs = sorted((job / "eval").glob(f"step-*-t{temperature:g}"))
     if not checkpoints and not eval_dirs:
@@ -95,7 +96,9 @@ def varied(row: dict, common: list[str], sep: str = " ") -> str:
     return sep.join(o for o in row["overrides"] if o not in common) or "(defaults)"
 
 
-def markdown(rows: list[dict], benches: list[str], temperature: float) -> str:
+def markdown(
+    rows: list[dict], benches: list[str], temperature: float, ignore: tuple[str, ...] = ()
+) -> str:
     common = common_overrides(rows)
     head = [
         "job",
@@ -111,6 +114,10 @@ def markdown(rows: list[dict], benches: list[str], temperature: float) -> str:
     lines = [
         f"Temperature {temperature:g}; tau = tokens emitted per decode step (bonus included).",
         f"Overrides common to every job: `{' '.join(common) or '(none)'}`",
+    ]
+    if ignore:
+        lines.append(f"Overrides left out (--ignore-override): `{' '.join(ignore)}`")
+    lines += [
         "",
         "| " + " | ".join(head) + " |",
         "|" + "---|" * len(head),
@@ -215,6 +222,15 @@ def build_parser():
     ap.add_argument(
         "--temperature", type=cli.TEMPERATURE, default=0.0, help="which evaluation to report"
     )
+    ap.add_argument(
+        "--ignore-override",
+        action="append",
+        default=[],
+        metavar="PREFIX",
+        help="leave out overrides starting with PREFIX: where a job found its inputs rather "
+        "than what it trained (e.g. one file under two work directories); repeatable, and "
+        "named under the table",
+    )
     return ap
 
 
@@ -222,13 +238,14 @@ def main(argv=None) -> int:
     ap = build_parser()
     args = ap.parse_args(argv)
     try:
-        rows = [read_job(j, args.temperature) for s in args.sweeps for j in jobs_of(s)]
+        ignore = tuple(args.ignore_override)
+        rows = [read_job(j, args.temperature, ignore) for s in args.sweeps for j in jobs_of(s)]
     except (FileNotFoundError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     benches = sorted({b for r in rows for b in r["evals"]})
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    table = markdown(rows, benches, args.temperature)
+    table = markdown(rows, benches, args.temperature, ignore)
     args.out.with_suffix(".md").write_text(table)
     plot(
         rows,

@@ -346,7 +346,7 @@ def test_the_pipeline_copy_leaves_out_a_w_inside_the_checkout_and_one_runs_at_a_
     """W relative to the checkout is made absolute (the phases run from W/src, where the
     relative path would point elsewhere) and left out of the copy when it lies inside the
     checkout; a second `pipeline` in a W whose pipeline runs is refused, and so is W set to
-    the checkout itself."""
+    the checkout itself; with nothing to evaluate it has no eval phase."""
     co = tmp_path / "checkout"  # a stand-in checkout: the script and a module
     (co / "scripts").mkdir(parents=True)
     shutil.copy(SCRIPT, co / "scripts" / "tau_experiment.sh")
@@ -376,6 +376,9 @@ def test_the_pipeline_copy_leaves_out_a_w_inside_the_checkout_and_one_runs_at_a_
         assert time.time() < deadline, (w / "pipeline.log").read_text()
         time.sleep(0.2)
     assert (w / "src" / "splitserve" / "x.py").is_file() and not (w / "src" / "w").exists()
+    # no evaluation asked for (EVAL_JOBS="", CURVE=0): no eval phase, nor its wait
+    assert "tau_experiment.sh eval" not in (w / "pipeline.log").read_text()
+    assert "tau_experiment.sh wait eval" not in (w / "pipeline.log").read_text()
     assert (tmp_path / "calls").read_text().startswith(f"{w / 'src'} -m splitserve.train ")
     assert f"path:{w}/regen.jsonl" in (tmp_path / "calls").read_text()
     itself = pipeline(W=".")
