@@ -6,7 +6,8 @@ replacement) for both and recomputes tau as emitted tokens over decode steps of 
 items. Used by scripts/tau_table.py (the goals) and serving.ablation_report (each job against
 the first) and the passes' `compare.py` in docs/ablations (`compare_parts` on two folders of
 reports, `compare_folders` on pairs of them, `ratio_of_ratios` over four runs,
-`comparison_lines` to print them). `bootstrap` draws one run's items alone, for a
+`comparison_lines` to print them; `timed_comparison` and `timed_lines` for batch-1 timed
+runs). `bootstrap` draws one run's items alone, for a
 figure that scales with its tau (the speedup and greedy goals).
 """
 
@@ -100,6 +101,56 @@ def comparison_lines(comparisons: dict[str, dict], name: str = "this") -> list[s
             d, (lo, hi) = c[f"{bench}_diff"], c[f"{bench}_diff_ci95"]
             other = c["other"][bench]
             lines.append(f"  {bench}: {mine:.3f} vs {other:.3f}, {d:+.3f} ({lo:+.3f}, {hi:+.3f})")
+    return lines
+
+
+def timed_comparison(folder: Path, runs: list[str], pairs: list[tuple[str, str]]) -> dict:
+    """Batch-1 timed runs (serving.evaluate on GSM8K with target-only decoding in the same run),
+    `folder/<run>/gsm8k.json`: each run's tau, speedup and step costs ("rest" is the speculative
+    step less the draft's proposal, an estimate: the timed step is one fused graph), and for
+    each pair (a, b) the ratio of their speedups with a 95 % interval over the items, each run's
+    step costs held at its own (how step costs move between runs is left out)."""
+    reports = {r: json.loads((Path(folder) / r / "gsm8k.json").read_text()) for r in runs}
+    speed = {
+        r: {
+            "tau": rep["tau"],
+            "speedup": rep["speedup"],
+            "speculative_step_ms": rep["speculative"]["step_ms"],
+            "target_only_step_ms": rep["target_only"]["step_ms"],
+            "draft_step_ms": rep["draft_step_ms"],
+            "rest_of_step_ms": rep["speculative"]["step_ms"] - rep["draft_step_ms"],
+        }
+        for r, rep in reports.items()
+    }
+    parts = {r: folder_parts(Path(folder) / r, ["gsm8k"]) for r in runs}
+    ratios = {}
+    for a, b in pairs:
+        sa, sb = speed[a]["speedup"], speed[b]["speedup"]
+        ta, tb = macro_tau(parts[a]), macro_tau(parts[b])
+        held = (sa / ta) / (sb / tb)  # each speedup scales with its run's tau at its step costs
+        ratios[f"{a}_vs_{b}"] = {
+            "speedup_ratio": sa / sb,
+            "speedup_ratio_ci95": paired_bootstrap(
+                parts[a], parts[b], lambda x, y, held=held: held * x / y
+            ),
+            "tau_ratio": ta / tb,
+        }
+    return {"runs": speed, "ratios": ratios}
+
+
+def timed_lines(timed: dict) -> list[str]:
+    """timed_comparison's result as lines to print: each run, then each ratio."""
+    lines = [
+        f"{r}: tau {s['tau']:.3f}, {s['speedup']:.3f}x target-only;"
+        f" step {s['speculative_step_ms']:.3f} ms (draft {s['draft_step_ms']:.3f},"
+        f" rest {s['rest_of_step_ms']:.3f}), target-only {s['target_only_step_ms']:.3f} ms"
+        for r, s in timed["runs"].items()
+    ]
+    for k, v in timed["ratios"].items():
+        lo, hi = v["speedup_ratio_ci95"]
+        lines.append(
+            f"{k}: speedup x{v['speedup_ratio']:.3f} ({lo:.3f}-{hi:.3f}), tau x{v['tau_ratio']:.3f}"
+        )
     return lines
 
 

@@ -2,6 +2,7 @@
 interval, on real report files."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -14,7 +15,11 @@ from serving.intervals import (
     paired_bootstrap,
     paired_bootstrap_runs,
     ratio_of_ratios,
+    timed_comparison,
+    timed_lines,
 )
+
+PASS23 = Path(__file__).resolve().parents[1] / "docs" / "ablations" / "tau_h200_pass23"
 
 
 def report(folder, bench, per_item):
@@ -121,3 +126,26 @@ def test_compare_folders_pairs_runs_by_temperature_and_a_ratio_of_ratios_prints_
     lines = comparison_lines(res)
     assert lines[0] == "new_vs_old_t1: macro x1.500 (1.500-1.500)"
     assert lines[-1] == "lead_t1: x1.250 (1.250-1.250)"
+
+
+def test_timed_comparison_gives_pass_23s_committed_speed_figures():
+    """The batch-1 timed runs kept in docs/ablations (pass 23: four runs on one H200): each
+    run's step costs and speedup, and each pair's speedup ratio with its interval over the items,
+    are what pass 23's compare.json holds; a pair of one run with itself has a ratio of 1."""
+    runs = ["eagle3-fixed", "dflash-fixed", "dspark-fixed", "dspark-fixed-repeat"]
+    pairs = [("eagle3-fixed", "dspark-fixed"), ("dspark-fixed", "dspark-fixed-repeat")]
+    timed = timed_comparison(PASS23 / "timed_110k" / "speed", runs, pairs)
+    kept = json.loads((PASS23 / "compare.json").read_text())["timed_110k"]
+    assert timed["runs"] == kept["runs"]
+    assert timed["runs"]["eagle3-fixed"]["speedup"] == pytest.approx(1.867, abs=5e-4)
+    for a, b in pairs:
+        assert timed["ratios"][f"{a}_vs_{b}"] == kept["ratios"][f"{a}_vs_{b}"]
+    lo, hi = timed["ratios"]["eagle3-fixed_vs_dspark-fixed"]["speedup_ratio_ci95"]
+    assert lo < 1.088 < hi and hi - lo > 0.01
+    same = timed_comparison(
+        PASS23 / "timed_110k" / "speed", ["dflash-fixed"], [("dflash-fixed",) * 2]
+    )
+    assert same["ratios"]["dflash-fixed_vs_dflash-fixed"]["speedup_ratio_ci95"] == [1.0, 1.0]
+    lines = timed_lines(timed)
+    assert lines[0].startswith("eagle3-fixed: tau 3.518, 1.867x target-only; step 2.227 ms")
+    assert lines[-1].startswith("dspark-fixed_vs_dspark-fixed-repeat: speedup x0.990")

@@ -23,9 +23,9 @@ from serving.intervals import (  # noqa: E402
     compare_folders,
     comparison_lines,
     folder_parts,
-    macro_tau,
-    paired_bootstrap,
     ratio_of_ratios,
+    timed_comparison,
+    timed_lines,
 )
 
 BENCHES = ["gsm8k", "mtbench", "humaneval"]
@@ -58,46 +58,16 @@ res = compare_folders(EVALS, PAIRS, BENCHES)
 for t in ("t1", "t0"):  # EAGLE-3's lead over DSpark at 206,000 over its lead at 110,000
     runs = [parts(d, t) for d in ("eagle3_206", "dspark_206", "eagle3_110", "dspark_110")]
     res[f"eagle3_lead_206_vs_110_{t}"] = ratio_of_ratios(runs)
-reports = {r: json.loads((TIMED / r / "gsm8k.json").read_text()) for r in RUNS}
-speed = {
-    r: {
-        "tau": rep["tau"],
-        "speedup": rep["speedup"],
-        "speculative_step_ms": rep["speculative"]["step_ms"],
-        "target_only_step_ms": rep["target_only"]["step_ms"],
-        "draft_step_ms": rep["draft_step_ms"],
-        # the step's part outside the draft's proposal: verification and the decoder's own work
-        "rest_of_step_ms": rep["speculative"]["step_ms"] - rep["draft_step_ms"],
-    }
-    for r, rep in reports.items()
-}
-timed_parts = {r: folder_parts(TIMED / r, ["gsm8k"]) for r in RUNS}
-ratios = {}
-for a, b in [
-    ("eagle3-fixed", "dspark-fixed"),
-    ("dflash-fixed", "dspark-fixed"),
-    ("eagle3-fixed", "dflash-fixed"),
-    ("dspark-fixed", "dspark-fixed-repeat"),
-]:
-    sa, sb = speed[a]["speedup"], speed[b]["speedup"]
-    ta, tb = (macro_tau(timed_parts[r]) for r in (a, b))
-    held = (sa / ta) / (sb / tb)  # each speedup scales with its run's tau at its step costs
-    ratios[f"{a}_vs_{b}"] = {
-        "speedup_ratio": sa / sb,
-        "speedup_ratio_ci95": paired_bootstrap(
-            timed_parts[a], timed_parts[b], lambda x, y, held=held: held * x / y
-        ),
-        "tau_ratio": ta / tb,
-    }
-res["timed_110k"] = {"runs": speed, "ratios": ratios}
+res["timed_110k"] = timed_comparison(
+    TIMED,
+    RUNS,
+    [
+        ("eagle3-fixed", "dspark-fixed"),
+        ("dflash-fixed", "dspark-fixed"),
+        ("eagle3-fixed", "dflash-fixed"),
+        ("dspark-fixed", "dspark-fixed-repeat"),
+    ],
+)
 (HERE / "compare.json").write_text(json.dumps(res, indent=1) + "\n")
 print("\n".join(comparison_lines({k: v for k, v in res.items() if k != "timed_110k"})))
-for r, s in speed.items():
-    print(
-        f"{r}: tau {s['tau']:.3f}, {s['speedup']:.3f}x target-only;"
-        f" step {s['speculative_step_ms']:.3f} ms (draft {s['draft_step_ms']:.3f},"
-        f" rest {s['rest_of_step_ms']:.3f}), target-only {s['target_only_step_ms']:.3f} ms"
-    )
-for k, v in ratios.items():
-    lo, hi = v["speedup_ratio_ci95"]
-    print(f"{k}: speedup x{v['speedup_ratio']:.3f} ({lo:.3f}-{hi:.3f}), tau x{v['tau_ratio']:.3f}")
+print("\n".join(timed_lines(res["timed_110k"])))

@@ -25,9 +25,9 @@ from serving.intervals import (  # noqa: E402
     compare_folders,
     comparison_lines,
     folder_parts,
-    macro_tau,
-    paired_bootstrap,
     ratio_of_ratios,
+    timed_comparison,
+    timed_lines,
 )
 
 BENCHES = ["gsm8k", "mtbench"]
@@ -48,46 +48,11 @@ PAIRS = [
     ("layers5_110", "dspark_206"),
 ]
 DEPTH_RUNS = ["layers5_110", "dspark_110", "layers5_30", "dspark_30"]
-TIMED = HERE / "speed"
-RUNS = ["layers5", "dspark"]
 
 res = compare_folders(EVALS, PAIRS, BENCHES, temps=("t0",))
 runs = [folder_parts(EVALS[d]["t0"], BENCHES) for d in DEPTH_RUNS]
 res["depth_gain_110_vs_30_t0"] = ratio_of_ratios(runs)
-reports = {r: json.loads((TIMED / r / "gsm8k.json").read_text()) for r in RUNS}
-speed = {
-    r: {
-        "tau": rep["tau"],
-        "speedup": rep["speedup"],
-        "speculative_step_ms": rep["speculative"]["step_ms"],
-        "target_only_step_ms": rep["target_only"]["step_ms"],
-        "draft_step_ms": rep["draft_step_ms"],
-        "identical_to_target_only": rep["identical_to_target_only"],
-    }
-    for r, rep in reports.items()
-}
-a, b = RUNS
-timed = {r: folder_parts(TIMED / r, ["gsm8k"]) for r in RUNS}
-ta, tb = macro_tau(timed[a]), macro_tau(timed[b])
-sa, sb = speed[a]["speedup"], speed[b]["speedup"]
-held = (sa / ta) / (sb / tb)  # each speedup scales with its run's tau at its step costs
-res["timed_110k"] = {
-    "runs": speed,
-    f"{a}_vs_{b}": {
-        "speedup_ratio": sa / sb,
-        "speedup_ratio_ci95": paired_bootstrap(timed[a], timed[b], lambda x, y: held * x / y),
-        "tau_ratio": ta / tb,
-    },
-}
+res["timed_110k"] = timed_comparison(HERE / "speed", ["layers5", "dspark"], [("layers5", "dspark")])
 (HERE / "compare.json").write_text(json.dumps(res, indent=1) + "\n")
 print("\n".join(comparison_lines({k: v for k, v in res.items() if k != "timed_110k"})))
-for r, s in speed.items():
-    print(
-        f"{r}: tau {s['tau']:.3f}, {s['speedup']:.3f}x target-only;"
-        f" step {s['speculative_step_ms']:.3f} ms (draft {s['draft_step_ms']:.3f}),"
-        f" target-only {s['target_only_step_ms']:.3f} ms"
-    )
-v = res["timed_110k"][f"{a}_vs_{b}"]
-lo, hi = v["speedup_ratio_ci95"]
-ratio, tau_ratio = v["speedup_ratio"], v["tau_ratio"]
-print(f"{a}_vs_{b}: speedup x{ratio:.3f} ({lo:.3f}-{hi:.3f}), tau x{tau_ratio:.3f}")
+print("\n".join(timed_lines(res["timed_110k"])))
