@@ -67,7 +67,8 @@
 # no budget curve), ABL (the ablations `ablate` runs), ABL_LIMIT and ABL_PROCS (items and
 # processes of each ablation evaluation), STEPS (a run's steps; default SAMPLES / MICRO: more
 # walk the file, which holds SAMPLES, more than once), EXTRA (overrides added to every command,
-# e.g. to shrink it on CPU; a path in it must be absolute: the pipeline runs from W/src),
+# e.g. to shrink it on CPU; a path in it must be absolute: the pipeline runs from W/src;
+# regeneration gets it too, so `regen` refuses to extend a file when it sets data.shuffle_seed),
 # REGEN_EXTRA (to regeneration only, e.g. a smaller prompt pool), BASE (report-ablate's
 # baseline; default W/runs/dspark), POLL (seconds between `wait`'s and `follow`'s looks;
 # default 30). W and BASE may be relative to the checkout; they are made absolute.
@@ -232,6 +233,12 @@ regen)  # in the background: `wait regen S` polls it
     last=$(tail -n 1 "$W/regen.jsonl" | { grep -o '"g": [0-9]*' || true; } | tail -n 1 | cut -d' ' -f2)
     [ -n "$last" ] || { echo "error: the last line of $W/regen.jsonl has no sample id g"; exit 1; }
     REGEN_START=$((last + 1))
+    # the prompt stream's order is data.shuffle_seed's: ids from REGEN_START on in another
+    # order would repeat prompts the file has (a seed meant for training: pass 25's Next)
+    if [[ " $EXTRA $REGEN_EXTRA " == *" data.shuffle_seed="* ]]; then
+      echo "error: EXTRA or REGEN_EXTRA sets data.shuffle_seed: extending $W/regen.jsonl would draw ids $REGEN_START.. in another prompt order and repeat its prompts; extend it without it (regen, wait regen), then train with it"
+      exit 1
+    fi
     if [ "$REGEN_START" -ge "$REGEN_SAMPLES" ]; then
       echo "warning: a run takes $NEED samples (SAMPLES + EVAL_HELD); $W/regen.jsonl has $n, ids up to $((REGEN_START - 1)) >= REGEN_SAMPLES=$REGEN_SAMPLES: kept as it is"
       exit 0
