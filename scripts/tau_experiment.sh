@@ -233,15 +233,16 @@ regen)  # in the background: `wait regen S` polls it
     last=$(tail -n 1 "$W/regen.jsonl" | { grep -o '"g": [0-9]*' || true; } | tail -n 1 | cut -d' ' -f2)
     [ -n "$last" ] || { echo "error: the last line of $W/regen.jsonl has no sample id g"; exit 1; }
     REGEN_START=$((last + 1))
-    # the prompt stream's order is data.shuffle_seed's: ids from REGEN_START on in another
-    # order would repeat prompts the file has (a seed meant for training: pass 25's Next)
-    if [[ " $EXTRA $REGEN_EXTRA " == *" data.shuffle_seed="* ]]; then
-      echo "error: EXTRA or REGEN_EXTRA sets data.shuffle_seed: extending $W/regen.jsonl would draw ids $REGEN_START.. in another prompt order and repeat its prompts; extend it without it (regen, wait regen), then train with it"
-      exit 1
-    fi
     if [ "$REGEN_START" -ge "$REGEN_SAMPLES" ]; then
       echo "warning: a run takes $NEED samples (SAMPLES + EVAL_HELD); $W/regen.jsonl has $n, ids up to $((REGEN_START - 1)) >= REGEN_SAMPLES=$REGEN_SAMPLES: kept as it is"
       exit 0
+    fi
+    # the prompt stream's order is data.shuffle_seed's: ids from REGEN_START on in another
+    # order would repeat prompts the file has (a seed meant for training: pass 25's Next;
+    # also as +/++ overrides)
+    if [[ " $EXTRA $REGEN_EXTRA " =~ [[:space:]+]data\.shuffle_seed= ]]; then
+      echo "error: EXTRA or REGEN_EXTRA sets data.shuffle_seed: extending $W/regen.jsonl would draw ids $REGEN_START.. in another prompt order and repeat its prompts; extend it without it (regen, wait regen), then train with it"
+      exit 1
     fi
     echo "extending: $W/regen.jsonl has $n samples, ids 0..$((REGEN_START - 1)); it must come from the same overrides"
   fi

@@ -261,7 +261,8 @@ def test_regenerated_data_travel_in_parts_and_regen_keeps_a_file_brought_in(tmp_
     assert short.returncode == 0 and "regen.jsonl has 5000, ids up to 4999" in short.stdout
     assert not (b / "calls").exists()  # nothing regenerated
     for extra in ({"EXTRA": "train.init_from=/x data.shuffle_seed=2"},
-                  {"REGEN_EXTRA": "data.shuffle_seed=1"}):  # fmt: skip
+                  {"REGEN_EXTRA": "data.shuffle_seed=1"},
+                  {"EXTRA": "++data.shuffle_seed=3"}):  # fmt: skip
         reordered = script("regen", w=b, SAMPLES="6000", **extra)  # would repeat its prompts
         assert reordered.returncode == 1 and "sets data.shuffle_seed" in reordered.stdout
     assert not (b / "calls").exists()
