@@ -95,7 +95,7 @@ RUNS=${RUNS-dspark dflash eagle3}  # the main runs `train` starts (dspark is the
 # the main evaluations in order of worth: T=1 of every run (the goal's macro tau), then greedy
 EVAL_JOBS=${EVAL_JOBS-$(for t in 1 0; do for r in $RUNS; do printf '%s ' "$r-t$t"; done; done)}
 CURVE=${CURVE:-1}    # 0: `eval` leaves out DSpark's budget curve
-ABL=${ABL:-rope_partial rope_interleaved mla layers1 layers2 layers5 block16}  # `ablate` runs these
+ABL=${ABL:-rope_partial rope_interleaved mla layers1 layers2 layers3 block16}  # `ablate` runs these
 EVAL_HELD=${EVAL_HELD:-64}  # held out of training: its eval, and STS fit/test prompts
 EXTRA=${EXTRA:-}
 REGEN_EXTRA=${REGEN_EXTRA:-}
@@ -132,7 +132,7 @@ common=(+recipe=smol_gpu target.regenerate=false
 # name:overrides of each ablation job (the baseline's value of the axis is in the comment)
 ABLATIONS=(rope_partial:draft.rope=partial rope_interleaved:draft.rope=interleaved  # full
   mla:draft.attention=ling3_mla                                                   # qwen3
-  layers1:draft.num_layers=1 layers2:draft.num_layers=2 layers5:draft.num_layers=5 # 3
+  layers1:draft.num_layers=1 layers2:draft.num_layers=2 layers3:draft.num_layers=3 # 5
   block16:draft.block_size=16)                                                    # 7
 
 detach() {  # name (W/name.log and W/name.pid), then a subcommand of this script: run it under
@@ -200,6 +200,10 @@ jobs_of() {  # runs | ablate: the group's runs, one "name|port|overrides" line e
 check_abl() {  # every name in ABL is an ablation (jobs_of would drop an unknown one silently)
   local name
   for name in $ABL; do
+    [ "$name" != layers5 ] || {  # passes 24 and 25's job, over the 3-layer default of then
+      echo "error: ABL: layers5 is the baseline since +recipe=smol_gpu trains 5 layers (pass 26): runs/dspark, or BASE=DIR; layers3 trains the former default"
+      exit 1
+    }
     [[ " ${ABLATIONS[*]%%:*} " == *" $name "* ]] ||
       { echo "error: ABL: unknown ablation $name (allowed: ${ABLATIONS[*]%%:*})"; exit 1; }
   done
@@ -305,7 +309,7 @@ lane)  # group, GPU: the group's runs k = GPU, GPU + GPUS, ... one after another
   ;;
 ablate)
   # the issue's DSpark ablations on the same file and budget, one axis changed per job; the
-  # main DSpark run (runs/dspark: rope full, qwen3 attention, 3 layers, block 7) is the baseline
+  # main DSpark run (runs/dspark: rope full, qwen3 attention, 5 layers, block 7) is the baseline
   check_abl
   start_lanes ablate
   ;;
@@ -436,7 +440,7 @@ report-ablate)
   [ -d "$base" ] || { echo "error: $base is missing: the baseline did not run (RUNS=dspark, or BASE=DIR)"; exit 1; }
   axis rope_h200 "$base" "$a/rope_partial" "$a/rope_interleaved"
   axis attention_h200 "$base" "$a/mla"
-  axis layers_h200 "$a/layers1" "$a/layers2" "$base" "$a/layers5"
+  axis layers_h200 "$a/layers1" "$a/layers2" "$a/layers3" "$base"
   axis block_h200 "$base" "$a/block16"
   ;;
 taus)

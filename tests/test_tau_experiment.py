@@ -65,6 +65,10 @@ def test_the_script_parses_and_refuses_bad_settings(tmp_path):
         out = _run(tmp_path, phase, ABL="mla rope_half")
         assert out.returncode == 1 and "unknown ablation rope_half" in out.stdout
         assert not (tmp_path / "eval-ablate" / "chain.pid").exists()
+    # five layers are the recipe's default (pass 26): layers5 would train the baseline again
+    out = _run(tmp_path, "ablate", ABL="layers3 layers5")
+    assert out.returncode == 1 and "layers5 is the baseline" in out.stdout
+    assert not (tmp_path / "ablate").exists()
 
 
 def test_eval_ablate_takes_each_run_as_it_ends_and_skips_failed_ones(tmp_path):

@@ -1,5 +1,6 @@
 #!/bin/bash
-# Pass 23: assemble docs/ablations/tau_h200.json (the three drafts at 206,000 samples) and
+# Pass 23: assemble docs/ablations/tau_h200_pass23_206k.json (the three drafts at 206,000 samples,
+# DSpark with three layers; tau_h200.json until pass 26 put its 5-layer draft in the table) and
 # tau_h200_pass23.json (the three at 110,000, with their batch-1 timings of this pass) from the
 # folders the passes keep.
 #   bash docs/ablations/tau_h200_pass23/assemble.sh   # PY: the Python to run (default python)
@@ -10,8 +11,8 @@ P=docs/ablations/tau_h200_pass23
 A=docs/ablations
 T=/root/.cache/splitserve/smollm2-135m-instruct-float32
 TIMED="--bench gsm8k --max-new-tokens 128 --no-plot --limit 200 --compile --verify-widths 8"
-# the three drafts at 206,000 samples of training: docs/ablations/tau_h200.json
-$PY scripts/tau_table.py --results $P/eagle3_206k --out $A/tau_h200.json --budget 96000 --samples-before 110000 \
+# the three drafts at 206,000 samples of training: docs/ablations/tau_h200_pass23_206k.json
+$PY scripts/tau_table.py --results $P/eagle3_206k --out $A/tau_h200_pass23_206k.json --budget 96000 --samples-before 110000 \
  --draft-results dspark=$A/tau_h200_pass22/dspark_206k --draft-results dspark=$A/tau_h200_pass19 \
  --draft-results dflash=$A/tau_h200_pass22/dflash_206k \
  --command 'W=/tmp/e206 bash scripts/tau_experiment.sh data-in /tmp/d18   # pass 18 file, 61,614 samples, sha256 7726c1c2...' \
