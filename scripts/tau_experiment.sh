@@ -182,7 +182,8 @@ jobs_of() {  # runs | ablate: the group's runs, one "name|port|overrides" line e
     for r in $RUNS; do
       case $r in
       dspark) echo "dspark|29500|" ;;
-      dflash) echo "dflash|29510|draft=dflash" ;;
+      dflash) echo "dflash|29510|draft=dflash" ;;  # the recipe's depth: 5 since pass 26 (the
+        # table's DFlash, passes 21-22, has 3: RUNS=dflash EXTRA=draft.num_layers=3 trains it)
       eagle3) echo "eagle3|29520|draft=eagle3 draft.num_layers=1" ;;
       esac
     done
