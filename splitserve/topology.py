@@ -16,6 +16,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 
+def sample_name(g: int) -> str:
+    """Sample id g in words, for logs: a negative id is held-out prompt -g, not a bad id."""
+    return f"held-out sample {-g}" if g < 0 else f"sample {g}"
+
+
 @dataclass(frozen=True)
 class Topology:
     num_targets: int

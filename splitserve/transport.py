@@ -24,6 +24,8 @@ import torch.distributed as dist
 
 from draft_models import SequenceSample
 
+from .topology import sample_name
+
 DATA, CREDIT = 0, 1
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 CPU = torch.device("cpu")
@@ -231,14 +233,14 @@ def serve_samples(
     pending: list = []  # NCCL sends not yet matched by the trainer's receives
     for g in sample_ids:
         t0 = time.perf_counter()
-        phase("produce", f"sample {g}")
+        phase("produce", sample_name(g))
         sample = produce(g)
         # the compute stream only: the NCCL sends in flight are the trainer's pace
         if sample.aux_hidden.is_cuda:
             torch.cuda.current_stream(sample.aux_hidden.device).synchronize()
         t1 = time.perf_counter()
         dst = route(g)
-        phase("credit", f"to send sample {g} to link rank {dst}")
+        phase("credit", f"to send {sample_name(g)} to link rank {dst}")
         wait_credit(link, dst)
         t2 = time.perf_counter()
         busy += t1 - t0

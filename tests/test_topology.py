@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from splitserve.topology import Topology
+from splitserve.topology import Topology, sample_name
 
 
 @pytest.mark.parametrize("targets,trainers", [(1, 1), (2, 2), (4, 2), (3, 2), (1, 3), (2, 4)])
@@ -27,6 +27,19 @@ def test_each_route_carries_samples_in_the_order_they_are_consumed(targets, trai
             consumed = [g for g in t.trainer_samples(r, 0, 4) if t.route(g)[0] == src]
             produced = [g for g in t.target_samples(src, 0, 4) if t.route(g)[1] == r]
             assert consumed == produced
+
+
+def test_held_out_ids_are_named_as_prompts_in_logs():
+    """A target's wait notice names the sample it holds; the held-out ones (ids -1, -2, ...,
+    sent first) read as prompts 1, 2, ..., not as a sample -1 (pass 26's log)."""
+    t = Topology(1, 1, samples_per_trainer_step=2, num_eval=2)
+    first = list(t.target_samples(0, 0, 1))
+    assert [sample_name(g) for g in first] == [
+        "held-out sample 1",
+        "held-out sample 2",
+        "sample 0",
+        "sample 1",
+    ]
 
 
 def test_step_slices_and_resume_cursor():
