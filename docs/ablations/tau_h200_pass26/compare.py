@@ -17,9 +17,9 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[2]))
+from serving.benchmarks import BENCHES  # noqa: E402
 from serving.intervals import compare_folders, comparison_lines  # noqa: E402
 
-BENCHES = ["gsm8k", "mtbench", "humaneval"]
 ABL = HERE.parent
 TEMPS = ("t1", "t0")
 EVALS = {  # draft at its budget (thousands of samples): its reports' folder, by temperature
