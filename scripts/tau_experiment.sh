@@ -32,7 +32,8 @@
 # into $W/pack. What is cut short by the device's time is what matters least; `pack` run by
 # hand packs whatever exists, and `follow S OUT` leaves the small results so far in OUT (`snap`).
 # GPUS: run k (of RUNS, or of ABL in ABLATIONS' order) trains on GPU k mod GPUS, its target and
-# its trainer both there; a GPU's runs go one after another. A run's own target costs its
+# its trainer both there; a GPU's runs go one after another, or LANES of them at once (lane
+# k mod (GPUS * LANES)). A run's own target costs its
 # trainer nothing measurable over 5,000 samples (0.21-0.23 s/step on one H200, pass 5, as with a
 # GPU per trainer on an x4; longer runs slowed down, likely from pass 8's credit bug), while two
 # runs on a GPU are time-sliced (three runs on two GPUs: 0.63-0.69 s/step, pass 3). The main
@@ -56,7 +57,7 @@
 # with the recipe's target settings (+recipe=smol_gpu: three sampling settings, answers up to
 # 512 tokens, sequences up to 1,024) and every run trains on that file with
 # target.regenerate=false (its target only prefills, to capture hidden states).
-# Environment: W (work dir), SAMPLES (the budget), GPUS, PROCS (decoding processes per
+# Environment: W (work dir), SAMPLES (the budget), GPUS, LANES, PROCS (decoding processes per
 # evaluation), BATCH (requests each of them decodes at once; tau and acceptance are batch 1's,
 # in bf16 up to rounding; the timed `speed` runs stay at batch 1), LIMIT (items per benchmark),
 # CURVE_LIMIT, TOKENS (new tokens per answer),
@@ -80,6 +81,8 @@ W=$(realpath -m "${W:-/tmp/tau}")  # absolute: the pipeline's phases run from W/
 SAMPLES=${SAMPLES:-16000}
 MICRO=${MICRO:-16}
 GPUS=${GPUS:-2}
+LANES=${LANES:-1}  # runs training at once on each GPU (time-sliced: two on one H200 were no
+#   faster than one after the other, pass 27)
 BATCH=${BATCH:-32}  # requests each decoding process decodes at once (serving.batch_decoder)
 PROCS=${PROCS:-$GPUS}  # decoding processes per evaluation (GPUs round-robin)
 LIMIT=${LIMIT:-200}  # GSM8K 200 of its test set, MT-Bench all 80, HumanEval all 164
@@ -108,6 +111,7 @@ REGEN_SAMPLES=${REGEN_SAMPLES:-$((NEED * 112 / 100))}
 PY=${PY:-python}
 mkdir -p "$W"
 [[ $GPUS =~ ^[1-9][0-9]*$ ]] || { echo "error: GPUS=$GPUS: a positive number of GPUs"; exit 1; }
+[[ $LANES =~ ^[1-9][0-9]*$ ]] || { echo "error: LANES=$LANES: a positive number of runs per GPU"; exit 1; }
 [[ $PROCS =~ ^[1-9][0-9]*$ ]] || { echo "error: PROCS=$PROCS: a positive number"; exit 1; }
 [[ $BATCH =~ ^[1-9][0-9]*$ ]] || { echo "error: BATCH=$BATCH: a positive number"; exit 1; }
 [[ $STEPS =~ ^[1-9][0-9]*$ ]] || { echo "error: STEPS=$STEPS: a positive number of steps"; exit 1; }
@@ -210,16 +214,16 @@ check_abl() {  # every name in ABL is an ablation (jobs_of would drop an unknown
   done
 }
 
-start_lanes() {  # runs | ablate: one background lane per GPU that has runs (`lane`)
-  local group=$1 n g
+start_lanes() {  # runs | ablate: LANES background lanes per GPU, as many as there are runs
+  local group=$1 n l lanes=$((GPUS * LANES))
   mkdir -p "$W/$group"
   n=$(jobs_of "$group" | wc -l)
-  for g in $(seq 0 $((GPUS - 1))); do
-    [ "$g" -lt "$n" ] || break
-    detach "$group/lane$g" lane "$group" "$g"
+  for l in $(seq 0 $((lanes - 1))); do
+    [ "$l" -lt "$n" ] || break
+    detach "$group/lane$l" lane "$group" "$l"
   done
   echo "started: $n runs of $STEPS steps x $MICRO samples on $((n < GPUS ? n : GPUS)) GPUs" \
-    "(run k on GPU k mod $GPUS, a GPU's runs one after another)"
+    "(run k in lane k mod $lanes, on GPU k mod $GPUS; a lane's runs one after another)"
 }
 
 case "${1:-}" in
@@ -297,11 +301,13 @@ train)
   done
   start_lanes runs
   ;;
-lane)  # group, GPU: the group's runs k = GPU, GPU + GPUS, ... one after another on that GPU
-  group=${2:?lane needs a group} gpu=${3:?lane needs a GPU}
+lane)  # group, lane l: the group's runs k = l, l + GPUS * LANES, ... one after another on
+  # GPU l mod GPUS (with LANES=1, lane l is GPU l)
+  group=${2:?lane needs a group} l=${3:?lane needs a lane number}
+  gpu=$((l % GPUS))
   mapfile -t jobs < <(jobs_of "$group")
   for k in "${!jobs[@]}"; do
-    [ $((k % GPUS)) = "$gpu" ] || continue
+    [ $((k % (GPUS * LANES))) = "$l" ] || continue
     IFS='|' read -r name port overrides <<< "${jobs[$k]}"
     echo "### $(date +%T) $name on GPU $gpu"
     launch "$group" "$name" "$gpu" "$port" $overrides

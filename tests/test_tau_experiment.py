@@ -225,6 +225,43 @@ def test_no_main_runs_and_pack_without_dspark(tmp_path):
     assert "ablate/layers1/eval/" in listed and "export.log" in listed
 
 
+def test_lanes_train_several_runs_at_once_on_one_gpu(tmp_path):
+    """LANES=2 on one GPU: two lanes start at once, run k in lane k mod 2, both on GPU 0, each
+    run on a port of its own (two at once on one port would collide); the third run waits for
+    lane 0. LANES=0 is refused."""
+    w = tmp_path
+    (w / "regen.jsonl").write_text("".join(f'{{"g": {g}}}\n' for g in range(100)))
+    stub = w / "py"  # records the GPU it was given and its port
+    stub.write_text(
+        '#!/usr/bin/env bash\nfor a in "$@"; do case $a in split.master_port=*|hydra.run.dir=*) '
+        'echo -n "$a " ;; esac; done >> "$(dirname "$0")/calls"\n'
+        'echo "gpu=$CUDA_VISIBLE_DEVICES" >> "$(dirname "$0")/calls"\n'
+    )
+    stub.chmod(0o755)
+    env = {**os.environ, "W": str(w), "PY": str(stub), "SAMPLES": "32", "GPUS": "1"}
+    abl = "layers1 layers2 layers3"
+    out = subprocess.run(
+        ["bash", str(SCRIPT), "ablate"], env={**env, "ABL": abl, "LANES": "2"},
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "run k in lane k mod 2, on GPU k mod 1" in out.stdout
+    _wait_for_calls(w, 3)  # layers1 (lane 0), layers2 (lane 1), then layers3 (lane 0)
+    calls = sorted((w / "calls").read_text().splitlines())
+    assert calls == [
+        f"split.master_port={29600 + 10 * k} hydra.run.dir={w}/ablate/{name} gpu=0"
+        for k, name in enumerate(abl.split())
+    ]
+    assert sorted(p.name for p in (w / "ablate").glob("lane*.pid")) == ["lane0.pid", "lane1.pid"]
+    assert "### " in (w / "ablate/lane1.log").read_text()  # lane 1 trained layers2 only
+    assert "layers3" not in (w / "ablate/lane1.log").read_text()
+    bad = subprocess.run(
+        ["bash", str(SCRIPT), "ablate"], env={**env, "ABL": abl, "LANES": "0"},
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert bad.returncode == 1 and "LANES=0: a positive number of runs per GPU" in bad.stdout
+
+
 # splitserve.regenerate's file for --out F --samples N --start S --shard K/M, the last line
 # without its newline
 FAKE_REGEN = (
