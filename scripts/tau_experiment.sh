@@ -61,8 +61,9 @@
 # evaluation), BATCH (requests each of them decodes at once; tau and acceptance are batch 1's,
 # in bf16 up to rounding; the timed `speed` runs stay at batch 1), LIMIT (items per benchmark),
 # CURVE_LIMIT, TOKENS (new tokens per answer),
-# SPEED_LIMIT (GSM8K items of each timed single-stream run), EVAL_JOBS (the main evaluations,
-# draft-tT, run in that order; default: T=1 of each of RUNS, then greedy; "" for none), RUNS
+# SPEED_LIMIT (GSM8K items of each timed single-stream run), SPEED_FLAGS (their runtime flags),
+# EVAL_JOBS (the main evaluations, draft-tT, run in that order; default: T=1 of each of RUNS,
+# then greedy; "" for none), RUNS
 # (the main runs `train` starts), ABLATE and SPEED (0: the pipeline skips the ablations / the
 # SPS table and the speed phase), CURVE (0:
 # no budget curve), ABL (the ablations `ablate` runs), ABL_LIMIT and ABL_PROCS (items and
@@ -91,6 +92,9 @@ CURVE_LIMIT=${CURVE_LIMIT:-100}  # GSM8K items per earlier DSpark checkpoint
 ABL_LIMIT=${ABL_LIMIT:-40}  # GSM8K and MT-Bench items per ablation job
 ABL_PROCS=${ABL_PROCS:-$GPUS}  # decoding processes per ablation evaluation
 SPEED_LIMIT=${SPEED_LIMIT:-25}
+# the timed runs' runtime flags (serving.evaluate, serving.profile_sps): graphs of compiled code,
+# as every batch-1 figure of the table since pass 13 was timed ("" for plain graphs)
+SPEED_FLAGS=${SPEED_FLAGS---compile}
 ABLATE=${ABLATE:-1}  # 0: the pipeline leaves the ablations out
 SPEED=${SPEED:-1}    # 0: the pipeline leaves the speed phase out
 RUNS=${RUNS-dspark dflash eagle3}  # the main runs `train` starts (dspark is the ablations' baseline;
@@ -460,7 +464,7 @@ speed)
   mkdir -p "$W/speed"
   one() {  # name, GPU, extra flags: serving.evaluate alone on that GPU, with target-only
     CUDA_VISIBLE_DEVICES=$2 $PY -m serving.evaluate --checkpoint "$W/runs/$3" --bench gsm8k \
-      --limit $SPEED_LIMIT --max-new-tokens $TOKENS --no-plot --out "$W/speed/$1" "${@:4}" \
+      --limit $SPEED_LIMIT --max-new-tokens $TOKENS --no-plot --out "$W/speed/$1" $SPEED_FLAGS "${@:4}" \
       > "$W/speed/$1.log" 2>&1
   }
   failed() { tail -n 20 "$W"/speed/*.log; exit 1; }
@@ -479,7 +483,7 @@ speed)
   [ -f "$W/speed/sps_verify.json" ] || bash "$SELF" sps || failed
   # the prefix scheduler's table: whole decode steps of this draft by verify width (the target's
   # verify alone is a fraction of a step here; see serving/profile_sps.py)
-  CUDA_VISIBLE_DEVICES=0 $PY -m serving.profile_sps --checkpoint "$W/runs/dspark" \
+  CUDA_VISIBLE_DEVICES=0 $PY -m serving.profile_sps --checkpoint "$W/runs/dspark" $SPEED_FLAGS \
     --out "$W/speed/sps.json" > "$W/speed/profile_sps_steps.log" 2>&1 || failed
   one dspark-threshold 0 dspark --scheduler threshold --sts "$W/speed/sts.json" & a=$!
   [ "$GPUS" -gt 1 ] || { waitall $a || failed; }  # one GPU: timed runs one at a time
@@ -490,7 +494,7 @@ speed)
   ;;
 sps)  # the target's verify step rate by width on an idle GPU (SGLang's kind of table)
   mkdir -p "$W/speed"
-  CUDA_VISIBLE_DEVICES=0 $PY -m serving.profile_sps --out "$W/speed/sps_verify.json" \
+  CUDA_VISIBLE_DEVICES=0 $PY -m serving.profile_sps --out "$W/speed/sps_verify.json" $SPEED_FLAGS \
     > "$W/speed/profile_sps.log" 2>&1
   ;;
 pipeline)

@@ -262,6 +262,32 @@ def test_lanes_train_several_runs_at_once_on_one_gpu(tmp_path):
     assert bad.returncode == 1 and "LANES=0: a positive number of runs per GPU" in bad.stdout
 
 
+@pytest.mark.parametrize("flags", [None, ""])
+def test_speed_times_every_run_with_the_speed_flags(tmp_path, flags):
+    """`speed`: every timed run (the fixed schedules, the threshold and prefix ones, both SPS
+    tables) gets SPEED_FLAGS, by default --compile (the table's batch-1 figures are compiled
+    ones); calibration, which times nothing, never does. SPEED_FLAGS="" leaves it out."""
+    w = tmp_path
+    env = {} if flags is None else {"SPEED_FLAGS": flags}
+    out = _run(w, "speed", RUNS="dspark eagle3", GPUS="1", **env)
+    assert out.returncode == 0, out.stdout + out.stderr
+    calls = (w / "calls").read_text().splitlines()
+    timed = [c for c in calls if "serving.calibrate" not in c]
+    kinds = sorted(
+        next((f for f in ("--scheduler threshold", "--scheduler prefix") if f in c), None)
+        or ("sps-steps" if "profile_sps --checkpoint" in c else None)
+        or ("sps-verify" if "profile_sps" in c else c.split("--out ")[1].split()[0].split("/")[-1])
+        for c in timed
+    )
+    assert kinds == [
+        "--scheduler prefix", "--scheduler threshold", "dspark-fixed", "eagle3-fixed",
+        "sps-steps", "sps-verify",
+    ]  # fmt: skip
+    compiled = [c for c in timed if "--compile" in c.split()]
+    assert len(compiled) == (len(timed) if flags is None else 0)
+    assert not any("--compile" in c for c in calls if "serving.calibrate" in c)
+
+
 # splitserve.regenerate's file for --out F --samples N --start S --shard K/M, the last line
 # without its newline
 FAKE_REGEN = (
