@@ -228,14 +228,21 @@ def test_no_main_runs_and_pack_without_dspark(tmp_path):
 def test_lanes_train_several_runs_at_once_on_one_gpu(tmp_path):
     """LANES=2 on one GPU: two lanes start at once, run k in lane k mod 2, both on GPU 0, each
     run on a port of its own (two at once on one port would collide); the third run waits for
-    lane 0. LANES=0 is refused."""
+    lane 0's first to end. LANES=0 is refused."""
     w = tmp_path
     (w / "regen.jsonl").write_text("".join(f'{{"g": {g}}}\n' for g in range(100)))
-    stub = w / "py"  # records the GPU it was given and its port
+    # the stub records its start (port, GPU) and, at its end, how many runs had started by
+    # then; each record one append, so that the lanes' records never interleave
+    stub = w / "py"
     stub.write_text(
-        '#!/usr/bin/env bash\nfor a in "$@"; do case $a in split.master_port=*|hydra.run.dir=*) '
-        'echo -n "$a " ;; esac; done >> "$(dirname "$0")/calls"\n'
-        'echo "gpu=$CUDA_VISIBLE_DEVICES" >> "$(dirname "$0")/calls"\n'
+        '#!/usr/bin/env bash\nd=$(dirname "$0")\n'
+        'for a in "$@"; do case $a in split.master_port=*) port=${a#*=} ;; '
+        "hydra.run.dir=*) run=$(basename ${a#*=}) ;; esac; done\n"
+        'echo "start $run $port gpu=$CUDA_VISIBLE_DEVICES" >> "$d/calls"\n'
+        'touch "$d/started.$run"\n'
+        'for i in $(seq 100); do n=$(ls "$d"/started.* | wc -l); [ $n -ge 2 ] && break\n'
+        "sleep 0.1; done\n"
+        'echo "end $run $n" >> "$d/calls"\n'
     )
     stub.chmod(0o755)
     env = {**os.environ, "W": str(w), "PY": str(stub), "SAMPLES": "32", "GPUS": "1"}
@@ -246,15 +253,19 @@ def test_lanes_train_several_runs_at_once_on_one_gpu(tmp_path):
     )  # fmt: skip
     assert out.returncode == 0, out.stdout + out.stderr
     assert "run k in lane k mod 2, on GPU k mod 1" in out.stdout
-    _wait_for_calls(w, 3)  # layers1 (lane 0), layers2 (lane 1), then layers3 (lane 0)
-    calls = sorted((w / "calls").read_text().splitlines())
-    assert calls == [
-        f"split.master_port={29600 + 10 * k} hydra.run.dir={w}/ablate/{name} gpu=0"
-        for k, name in enumerate(abl.split())
-    ]
+    _wait_for_calls(w, 6)  # three starts and three ends
+    calls = (w / "calls").read_text().splitlines()
+    starts = sorted(c for c in calls if c.startswith("start "))
+    assert starts == [f"start {n} {29600 + 10 * k} gpu=0" for k, n in enumerate(abl.split())]
+    ends = {
+        c.split()[1]: (i, int(c.split()[2])) for i, c in enumerate(calls) if c.startswith("end ")
+    }
+    # layers1 and layers2 ran at once: each saw the other started before it ended (one lane
+    # after the other, the first would have waited out its 10 s and seen only itself)
+    assert ends["layers1"][1] >= 2 and ends["layers2"][1] >= 2
+    assert ends["layers1"][0] < calls.index("start layers3 29620 gpu=0")  # lane 0 waits
     assert sorted(p.name for p in (w / "ablate").glob("lane*.pid")) == ["lane0.pid", "lane1.pid"]
-    assert "### " in (w / "ablate/lane1.log").read_text()  # lane 1 trained layers2 only
-    assert "layers3" not in (w / "ablate/lane1.log").read_text()
+    assert "layers3" not in (w / "ablate/lane1.log").read_text()  # lane 1 trained layers2 only
     bad = subprocess.run(
         ["bash", str(SCRIPT), "ablate"], env={**env, "ABL": abl, "LANES": "0"},
         capture_output=True, text=True,
