@@ -44,6 +44,7 @@ from serving.intervals import (  # noqa: E402
     item_parts,
     macro_tau,
     paired_bootstrap,
+    speedup_interval,
 )
 from splitserve.checkpoint import metrics_lines  # noqa: E402
 
@@ -318,9 +319,7 @@ def goals(out: dict, roots: dict[str, Folders] | None = None) -> dict:
     vs_target = goal(speed, 2.0)
     run = _parts(folder("dspark", "speed/dspark-fixed"), ["gsm8k"])
     if vs_target and run:
-        # the spread of the items only: the two step costs are held at this run's
-        tau = macro_tau(run)
-        ci = bootstrap(run, lambda t: speed * t / tau)
+        ci = speedup_interval(run, speed)  # the spread of the items only
         vs_target |= {"speedup_ci95": ci, "settled": _settled(ci, 2.0)}
     return {
         "dspark greedy tau gsm8k >= 3.5": greedy("gsm8k", 3.5),

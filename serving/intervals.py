@@ -188,6 +188,14 @@ def bootstrap(
     return _interval(a, lambda draws: stat(_macro(a, draws)), n, seed)
 
 
+def speedup_interval(parts: Parts, speedup: float) -> list[float] | None:
+    """95 % interval of a timed run's speedup over its items, both step costs held at the run's
+    own: the speedup scales with the tau of the drawn items (how step costs move between runs
+    and sessions is left out)."""
+    tau = macro_tau(parts)
+    return bootstrap(parts, lambda t: speedup * t / tau)
+
+
 def macro_tau(parts: Parts) -> float:
     """The mean over the benches of each one's tau on all its items (emitted over steps)."""
     return _macro(parts, {bench: list(items) for bench, items in parts.items()})

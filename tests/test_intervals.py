@@ -15,6 +15,7 @@ from serving.intervals import (
     paired_bootstrap,
     paired_bootstrap_runs,
     ratio_of_ratios,
+    speedup_interval,
     timed_comparison,
     timed_lines,
 )
@@ -71,6 +72,9 @@ def test_bootstrap_of_one_run_scales_with_its_tau_and_needs_items():
     lo, hi = bootstrap(parts, lambda t: 2.0 * t / 3.0)
     assert lo < 2.0 < hi and hi - lo > 0.1
     assert bootstrap({"gsm8k": {}}, lambda t: t) is None and bootstrap({}, lambda t: t) is None
+    # a timed run's speedup (2.0 at its tau of 3) drawn with its items: the same interval
+    assert speedup_interval(parts, 2.0) == [lo, hi]
+    assert speedup_interval({"gsm8k": {}}, 2.0) is None
 
 
 def test_comparison_lines_print_the_macro_ratio_then_each_bench_with_its_interval(tmp_path):

@@ -22,11 +22,10 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[2]))
 from serving.benchmarks import BENCHES  # noqa: E402
 from serving.intervals import (  # noqa: E402
-    bootstrap,
     compare_folders,
     comparison_lines,
     folder_parts,
-    macro_tau,
+    speedup_interval,
     timed_comparison,
     timed_lines,
 )
@@ -46,8 +45,7 @@ res = compare_folders(EVALS, PAIRS, BENCHES, temps=TEMPS)
 timed = timed_comparison(HERE / "speed", TIMED, [("p26", "p25"), ("p26-again", "p26")])
 for run, s in timed["runs"].items():
     parts = folder_parts(HERE / "speed" / run, ["gsm8k"])
-    tau, speedup = macro_tau(parts), s["speedup"]
-    s["speedup_ci95"] = bootstrap(parts, lambda t, speedup=speedup, tau=tau: speedup * t / tau)
+    s["speedup_ci95"] = speedup_interval(parts, s["speedup"])
 res["timed"] = timed
 (HERE / "compare.json").write_text(json.dumps(res, indent=1) + "\n")
 print("\n".join(comparison_lines({k: v for k, v in res.items() if k != "timed"})))
