@@ -116,6 +116,7 @@ PY=${PY:-python}
 mkdir -p "$W"
 [[ $GPUS =~ ^[1-9][0-9]*$ ]] || { echo "error: GPUS=$GPUS: a positive number of GPUs"; exit 1; }
 [[ $LANES =~ ^[1-9][0-9]*$ ]] || { echo "error: LANES=$LANES: a positive number of runs per GPU"; exit 1; }
+NLANES=$((GPUS * LANES))  # run k trains in lane k mod NLANES, on GPU k mod GPUS
 [[ $PROCS =~ ^[1-9][0-9]*$ ]] || { echo "error: PROCS=$PROCS: a positive number"; exit 1; }
 [[ $BATCH =~ ^[1-9][0-9]*$ ]] || { echo "error: BATCH=$BATCH: a positive number"; exit 1; }
 [[ $STEPS =~ ^[1-9][0-9]*$ ]] || { echo "error: STEPS=$STEPS: a positive number of steps"; exit 1; }
@@ -219,15 +220,15 @@ check_abl() {  # every name in ABL is an ablation (jobs_of would drop an unknown
 }
 
 start_lanes() {  # runs | ablate: LANES background lanes per GPU, as many as there are runs
-  local group=$1 n l lanes=$((GPUS * LANES))
+  local group=$1 n l
   mkdir -p "$W/$group"
   n=$(jobs_of "$group" | wc -l)
-  for l in $(seq 0 $((lanes - 1))); do
+  for l in $(seq 0 $((NLANES - 1))); do
     [ "$l" -lt "$n" ] || break
     detach "$group/lane$l" lane "$group" "$l"
   done
   echo "started: $n runs of $STEPS steps x $MICRO samples on $((n < GPUS ? n : GPUS)) GPUs" \
-    "(run k in lane k mod $lanes, on GPU k mod $GPUS; a lane's runs one after another)"
+    "(run k in lane k mod $NLANES, on GPU k mod $GPUS; a lane's runs one after another)"
 }
 
 case "${1:-}" in
@@ -305,13 +306,13 @@ train)
   done
   start_lanes runs
   ;;
-lane)  # group, lane l: the group's runs k = l, l + GPUS * LANES, ... one after another on
+lane)  # group, lane l: the group's runs k = l, l + NLANES, ... one after another on
   # GPU l mod GPUS (with LANES=1, lane l is GPU l)
   group=${2:?lane needs a group} l=${3:?lane needs a lane number}
   gpu=$((l % GPUS))
   mapfile -t jobs < <(jobs_of "$group")
   for k in "${!jobs[@]}"; do
-    [ $((k % (GPUS * LANES))) = "$l" ] || continue
+    [ $((k % NLANES)) = "$l" ] || continue
     IFS='|' read -r name port overrides <<< "${jobs[$k]}"
     echo "### $(date +%T) $name on GPU $gpu"
     launch "$group" "$name" "$gpu" "$port" $overrides

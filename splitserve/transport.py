@@ -233,14 +233,15 @@ def serve_samples(
     pending: list = []  # NCCL sends not yet matched by the trainer's receives
     for g in sample_ids:
         t0 = time.perf_counter()
-        phase("produce", sample_name(g))
+        name = sample_name(g)
+        phase("produce", name)
         sample = produce(g)
         # the compute stream only: the NCCL sends in flight are the trainer's pace
         if sample.aux_hidden.is_cuda:
             torch.cuda.current_stream(sample.aux_hidden.device).synchronize()
         t1 = time.perf_counter()
         dst = route(g)
-        phase("credit", f"to send {sample_name(g)} to link rank {dst}")
+        phase("credit", f"to send {name} to link rank {dst}")
         wait_credit(link, dst)
         t2 = time.perf_counter()
         busy += t1 - t0

@@ -284,12 +284,16 @@ def test_speed_times_every_run_with_the_speed_flags(tmp_path, flags):
     assert out.returncode == 0, out.stdout + out.stderr
     calls = (w / "calls").read_text().splitlines()
     timed = [c for c in calls if "serving.calibrate" not in c]
-    kinds = sorted(
-        next((f for f in ("--scheduler threshold", "--scheduler prefix") if f in c), None)
-        or ("sps-steps" if "profile_sps --checkpoint" in c else None)
-        or ("sps-verify" if "profile_sps" in c else c.split("--out ")[1].split()[0].split("/")[-1])
-        for c in timed
-    )
+
+    def kind(call: str) -> str:
+        for scheduler in ("--scheduler threshold", "--scheduler prefix"):
+            if scheduler in call:
+                return scheduler
+        if "profile_sps" in call:
+            return "sps-steps" if "--checkpoint" in call else "sps-verify"
+        return Path(call.split("--out ")[1].split()[0]).name  # a fixed run: its output folder
+
+    kinds = sorted(kind(c) for c in timed)
     assert kinds == [
         "--scheduler prefix", "--scheduler threshold", "dspark-fixed", "eagle3-fixed",
         "sps-steps", "sps-verify",
