@@ -149,7 +149,9 @@ def score_sts(
     num_bins: int = 15,
 ) -> dict:
     """ECE and AUC per position of the raw head (T = 1) and with `temperatures`, on blocks that
-    may be other than those the temperatures were fitted on (a held-out test split)."""
+    may be other than those the temperatures were fitted on (a held-out test split); with the
+    observed prefix-survival rate and the mean predicted one before and after, which say
+    whether the head is over- (mean above the rate) or under-confident."""
     temperatures = torch.as_tensor(temperatures, dtype=torch.float64)
     if logits.dim() != 2 or num_accepted.shape != logits.shape[:1]:
         raise ValueError(
@@ -164,6 +166,9 @@ def score_sts(
     after = survival(logits, temperatures)
     return {
         "num_samples": logits.shape[0],
+        "rate": labels.mean(0).tolist(),
+        "mean_before": before.mean(0).tolist(),
+        "mean_after": after.mean(0).tolist(),
         "ece_before": [
             expected_calibration_error(before[:, k], labels[:, k], num_bins) for k in range(gamma)
         ],

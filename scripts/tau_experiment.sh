@@ -103,7 +103,11 @@ RUNS=${RUNS-dspark dflash eagle3}  # the main runs `train` starts (dspark is the
 EVAL_JOBS=${EVAL_JOBS-$(for t in 1 0; do for r in $RUNS; do printf '%s ' "$r-t$t"; done; done)}
 CURVE=${CURVE:-1}    # 0: `eval` leaves out DSpark's budget curve
 ABL=${ABL:-rope_partial rope_interleaved mla layers1 layers2 layers3 block16}  # `ablate` runs these
-EVAL_HELD=${EVAL_HELD:-64}  # held out of training: its eval, and STS fit/test prompts
+EVAL_HELD=${EVAL_HELD:-64}  # prompts held out of training (data.hold_out=prompts: every row of
+#   them, about one per sampling setting on a file past one walk of the prompt pool; the
+#   12 % margin below covers them): its eval, and STS fit/test prompts. A run compared with a
+#   draft trained before 2026-12-04 (rows) takes EXTRA=data.hold_out=rows, and so does
+#   extending a file written then: regenerate --extends refuses another prompt order
 EXTRA=${EXTRA:-}
 REGEN_EXTRA=${REGEN_EXTRA:-}
 POLL=${POLL:-30}
@@ -258,7 +262,7 @@ regen)  # in the background: `wait regen S` polls it
       echo "error: EXTRA or REGEN_EXTRA sets data.shuffle_seed: extending $W/regen.jsonl would draw ids $REGEN_START.. in another prompt order and repeat its prompts; extend it without it (regen, wait regen), then train with it"
       exit 1
     fi
-    echo "extending: $W/regen.jsonl has $n samples, ids 0..$((REGEN_START - 1)); it must come from the same overrides"
+    echo "extending: $W/regen.jsonl has $n samples, ids 0..$((REGEN_START - 1)); it must come from the same overrides (regenerate --extends checks its prompts)"
   fi
   stale=("$W"/regen[0-9]*.jsonl*)  # shards of a regeneration that failed: out of the merge
   if [ -e "${stale[0]}" ]; then
@@ -271,10 +275,12 @@ regen)  # in the background: `wait regen S` polls it
   ;;
 regen-fg)
   pids=()
+  extends=()  # an extension: regenerate checks the file came from this prompt stream
+  [ "${REGEN_START:-0}" -eq 0 ] || extends=(--extends "$W/regen.jsonl")
   for k in $(seq 0 $((GPUS - 1))); do
     CUDA_VISIBLE_DEVICES=$k $PY -m splitserve.regenerate --out "$W/regen$k.jsonl" \
-      --samples $REGEN_SAMPLES --start "${REGEN_START:-0}" --shard "$k/$GPUS" +recipe=smol_gpu $EXTRA \
-      $REGEN_EXTRA > "$W/regen$k.log" 2>&1 &
+      --samples $REGEN_SAMPLES --start "${REGEN_START:-0}" ${extends[@]+"${extends[@]}"} \
+      --shard "$k/$GPUS" +recipe=smol_gpu $EXTRA $REGEN_EXTRA > "$W/regen$k.log" 2>&1 &
     pids+=($!)
   done
   waitall "${pids[@]}" || { tail -n 20 "$W"/regen[0-9]*.log; exit 1; }

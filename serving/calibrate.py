@@ -2,12 +2,16 @@
 reads from `--speculative-dspark-confidence-sts-path`.
 
     python -m serving.calibrate --checkpoint RUN/checkpoints/step-N --out sts.json
-        [--prompts held-out|gsm8k|mtbench|humaneval] [--limit N] [--max-new-tokens N]
+        [--prompts held-out|gsm8k|mtbench|humaneval|FILE.jsonl] [--limit N] [--max-new-tokens N]
         [--min-per-class N] [--test-fraction F] [--report R.json] [--target DIR] [--device auto]
         [--dtype auto]
 
 `held-out` (default) takes the prompts the training run held out of every source (its config is
-saved in the checkpoint), so calibration never sees training prompts. The decoder runs greedy with
+saved in the checkpoint), so calibration never sees training prompts under `data.hold_out=prompts`
+(the default; under `rows`, a run's rule before 2026-12-04, a regenerated file's held-out rows
+share their prompts with training rows, and a warning says so). An exported draft keeps no run
+config: give it a jsonl_chat FILE of prompts it was not trained on (`scripts/held_out_prompts.py`
+writes a recipe's, leaving out any found in the training files). The decoder runs greedy with
 every draft slot verified, recording each block's raw confidence logits and how many drafts were
 accepted; `draft_models.sts.fit_sts` fits one temperature per position. A `--test-fraction` of the
 prompts (default half), spread evenly over the list so every source is on both sides, is kept
@@ -19,6 +23,7 @@ fitted on the fit split.
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import sys
@@ -30,7 +35,7 @@ from tqdm import tqdm
 from draft_models.config_io import load_dataclass
 from draft_models.sts import fit_sts, score_sts
 from splitserve import checkpoint
-from splitserve.data import DataConfig, load_prompts, prompt_turns
+from splitserve.data import Conversation, DataConfig, load_prompts, prompt_turns, read_jsonl_chat
 from splitserve.target.chat import prompt_ids
 
 from . import cli
@@ -39,11 +44,54 @@ from .loading import add_model_args, load_decoder
 from .scheduler import SchedulerConfig
 
 
+def first_user_turns(convs: list[Conversation]) -> list[list[str]]:
+    """Each conversation's first user message: the prompt a calibration decodes from."""
+    return [[m["content"] for m in prompt_turns(c) if m["role"] == "user"][:1] for c in convs]
+
+
 def held_out_prompts(ckpt: Path, limit: int | None) -> list[list[str]]:
     """The prompts the run held out of every source (its `data` config, saved in the checkpoint)."""
-    data = load_dataclass(DataConfig, checkpoint.read_run_section(ckpt, "data"), "data")
-    convs = load_prompts(data).eval[:limit]
-    return [[m["content"] for m in prompt_turns(c) if m["role"] == "user"][:1] for c in convs]
+    section = checkpoint.read_run_section(ckpt, "data")
+    section.setdefault("hold_out", "rows")  # a run saved before the field held out rows
+    data = load_dataclass(DataConfig, section, "data")
+    if data.hold_out == "rows":
+        print(
+            f"warning: {ckpt} was trained with data.hold_out=rows: on a regenerated file its "
+            "held-out rows share their prompts with training rows; a file of prompts checked "
+            "unseen (scripts/held_out_prompts.py, --prompts FILE) is held out for certain",
+            file=sys.stderr,
+        )
+    return first_user_turns(load_prompts(data).eval[:limit])
+
+
+def prompt_set(text: str) -> str | Path:
+    """argparse type of --prompts: held-out, a benchmark's name, or an existing jsonl_chat file."""
+    if text in ("held-out", *BENCHES):
+        return text
+    if not Path(text).is_file():
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is neither held-out, a benchmark ({', '.join(BENCHES)}) nor an existing "
+            "jsonl_chat file"
+        )
+    return Path(text)
+
+
+def load_prompt_set(prompts: str | Path, ckpt: Path, limit: int | None) -> list[list[str]]:
+    """The prompts of --prompts, each as [first user message]."""
+    if isinstance(prompts, Path):
+        items = first_user_turns(read_jsonl_chat(prompts, limit))
+        if not all(items):
+            raise ValueError(f"--prompts {prompts}: a conversation there has no user message")
+        return items
+    if prompts == "held-out":
+        try:
+            return held_out_prompts(ckpt, limit)
+        except FileNotFoundError as exc:
+            raise FileNotFoundError(
+                f"{exc}; or give --prompts a benchmark or a jsonl_chat file of prompts the draft "
+                "was not trained on (scripts/held_out_prompts.py)"
+            ) from None
+    return load_bench(prompts, limit)
 
 
 def collect(
@@ -133,8 +181,10 @@ def build_parser():
     ap.add_argument(
         "--prompts",
         default="held-out",
-        choices=["held-out", *BENCHES],
-        help="held-out: the prompts the training run held out of every source",
+        type=prompt_set,
+        help="held-out: the prompts the training run held out of every source; "
+        f"{' | '.join(BENCHES)}: a benchmark's; or a jsonl_chat file (its conversations' first "
+        "user messages)",
     )
     ap.add_argument("--limit", type=cli.POSITIVE, help="at most this many prompts (default: all)")
     ap.add_argument("--max-new-tokens", type=cli.POSITIVE, default=256, help="tokens per answer")
@@ -156,16 +206,19 @@ def build_parser():
 
 
 def _table(title: str, scores: dict, temperatures: list[float], notes: list[str]) -> None:
+    """rate: blocks whose first k drafts were all accepted; mean: the predicted rate (above the
+    rate: over-confident)."""
     print(title)
     print(
-        f"{'pos':>3} {'T':>6} {'ECE before':>10} {'ECE after':>9} {'AUC before':>10} "
-        f"{'AUC after':>9}  temperature"
+        f"{'pos':>3} {'T':>6} {'rate':>6} {'mean before':>11} {'mean after':>10} "
+        f"{'ECE before':>10} {'ECE after':>9} {'AUC before':>10} {'AUC after':>9}  temperature"
     )
     for k, t in enumerate(temperatures):
         aucs = [_auc(a) for a in (scores["auc_before"][k], scores["auc_after"][k])]
         print(
-            f"{k + 1:>3} {t:6.3f} {scores['ece_before'][k]:10.4f} {scores['ece_after'][k]:9.4f} "
-            f"{aucs[0]:>10} {aucs[1]:>9}  {notes[k]}"
+            f"{k + 1:>3} {t:6.3f} {scores['rate'][k]:6.4f} {scores['mean_before'][k]:11.4f} "
+            f"{scores['mean_after'][k]:10.4f} {scores['ece_before'][k]:10.4f} "
+            f"{scores['ece_after'][k]:9.4f} {aucs[0]:>10} {aucs[1]:>9}  {notes[k]}"
         )
 
 
@@ -175,11 +228,8 @@ def main(argv=None) -> int:
     try:
         # raw confidence logits, every slot verified: fixed schedule, no STS, the trained block
         args.checkpoint = checkpoint.resolve(args.checkpoint)
-        items = (  # first: a checkpoint without a run config is refused before any loading
-            held_out_prompts(args.checkpoint, args.limit)
-            if args.prompts == "held-out"
-            else load_bench(args.prompts, args.limit)
-        )
+        # first: a checkpoint without a run config is refused before any loading
+        items = load_prompt_set(args.prompts, args.checkpoint, args.limit)
         decoder, tok = load_decoder(
             args.checkpoint,
             args.target,
@@ -194,15 +244,16 @@ def main(argv=None) -> int:
         (logits, accepted), test = split(
             collect(decoder, tok, items, args.max_new_tokens), test_prompts
         )
-        result = fit_sts(logits, accepted, dataset=args.prompts, min_per_class=args.min_per_class)
+        result = fit_sts(
+            logits, accepted, dataset=str(args.prompts), min_per_class=args.min_per_class
+        )
     except (ValueError, FileNotFoundError, NotImplementedError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    fitted = {k: getattr(result, k) for k in ("ece_before", "ece_after", "auc_before", "auc_after")}
-    fitted["num_samples"] = result.num_samples
+    fitted = score_sts(logits, accepted, result.temperatures)  # the fit's own figures, and more
     report = {
         "command": cli.command_line(ap, argv),
-        "prompts": args.prompts,
+        "prompts": str(args.prompts),
         "temperatures": result.temperatures,
         "notes": result.notes,
         "fit": {"prompts": len(items) - n_test, **fitted},
@@ -210,7 +261,7 @@ def main(argv=None) -> int:
     }
     print(f"{len(items)} prompts: fitted on {len(items) - n_test}, tested on {n_test}")
     _table(
-        f"fit split ({len(items) - n_test} prompts, {result.num_samples} blocks; in-sample)",
+        f"fit split ({len(items) - n_test} prompts, {fitted['num_samples']} blocks; in-sample)",
         fitted,
         result.temperatures,
         result.notes,

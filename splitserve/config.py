@@ -15,7 +15,7 @@ from omegaconf import OmegaConf, open_dict
 from draft_models import DraftConfig, load_draft_config
 from draft_models.config_io import load_dataclass
 
-from .data import SOURCE_KINDS, DataConfig
+from .data import HOLD_OUT, SOURCE_KINDS, DataConfig
 from .target.backends import backend_names
 from .target.config import TARGET_KINDS, TargetConfig
 
@@ -116,6 +116,8 @@ class RunConfig:
         for s in self.data.sources:
             if s.kind not in SOURCE_KINDS:
                 raise bad("data.sources[].kind", s.kind, ", ".join(SOURCE_KINDS))
+        if self.data.hold_out not in HOLD_OUT:
+            raise bad("data.hold_out", self.data.hold_out, ", ".join(HOLD_OUT))
         if self.data.max_length < self.draft.block_size + 2:
             raise bad(
                 "data.max_length",

@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 
 SOURCE_KINDS = ("gsm8k", "sharegpt", "jsonl_chat", "hf_dataset")
+HOLD_OUT = ("prompts", "rows")  # data.hold_out: see load_prompts
 
 
 @dataclass
@@ -47,6 +48,9 @@ class DataConfig:
     max_prompt_tokens: int = 512
     eval_prompts: int = 8  # held-out prompts (taken from the end of each source, never trained on)
     shuffle_seed: int = 0
+    # prompts: every row whose prompt is held out leaves training (a regenerated file holds one
+    # prompt on several rows); rows: only the last eval_prompts rows (runs before 2026-12-04)
+    hold_out: str = "prompts"
 
 
 Conversation = list[dict]  # [{"role": "user" | "assistant" | "system", "content": str}, ...]
@@ -324,15 +328,45 @@ class PromptSplit:
     eval: list[Conversation]
 
 
+def prompt_key(conversation: Conversation) -> str:
+    """A conversation's prompt (its turns before the first answer) as one comparable string."""
+    return json.dumps(prompt_turns(conversation), ensure_ascii=False)
+
+
+def hold_out(
+    convs: list[Conversation], n: int, by: str
+) -> tuple[list[Conversation], list[Conversation]]:
+    """(train, held) of one source. `rows`: the last n rows are held. `prompts`: the last n
+    distinct prompts are held (the last row of each), and every row with one of them leaves
+    training, wherever it stands: a file regenerated under several sampling settings holds a
+    prompt on several rows, and a source may repeat a prompt's text."""
+    if by == "rows":
+        return convs[: len(convs) - n], convs[len(convs) - n :]
+    if by != "prompts":
+        raise ValueError(f"data.hold_out={by!r} is invalid; allowed: {', '.join(HOLD_OUT)}")
+    held: dict[str, Conversation] = {}
+    for conv in reversed(convs):
+        if len(held) == n:
+            break
+        held.setdefault(prompt_key(conv), conv)
+    return [c for c in convs if prompt_key(c) not in held], list(reversed(held.values()))
+
+
 def load_prompts(cfg: DataConfig) -> PromptSplit:
-    """Training and held-out conversations: the last `eval_prompts` of each source are held out."""
+    """Training and held-out conversations: the last `eval_prompts` prompts of each source are
+    held out (`data.hold_out`: by prompt, or the old rule, by row)."""
     train: list[Conversation] = []
     held: list[Conversation] = []
     for source in cfg.sources:
         convs = read_source(source, extra=cfg.eval_prompts)
-        cut = len(convs) - cfg.eval_prompts
-        train.extend(convs[:cut] * max(1, source.weight))
-        held.extend(convs[cut:])
+        kept, out = hold_out(convs, cfg.eval_prompts, cfg.hold_out)
+        if not kept:
+            raise ValueError(
+                f"data source {source.kind} ({source.path or 'default'}): holding out its last "
+                f"{cfg.eval_prompts} prompts leaves no row to train on"
+            )
+        train.extend(kept * max(1, source.weight))
+        held.extend(out)
     return PromptSplit(train=train, eval=held)
 
 

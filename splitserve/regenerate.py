@@ -24,7 +24,10 @@ empty as text (the target ended at once; a jsonl_chat reader refuses them).
 
 `--start S` writes samples S..N-1 only: with a batch-invariant backend, a file of samples
 0..S-1 merged with it is the file `--samples N` writes, up to bf16's rounding as above (a
-budget extended without regenerating what exists). `--shard K/M` writes samples g = K, K + M,
+budget extended without regenerating what exists). `--extends FILE` names that file: every line's
+prompt must be this stream's sample g, or nothing is written (a file written with other
+overrides, another source or another `data.hold_out` holds another prompt order, and extending
+it would repeat and skip prompts). `--shard K/M` writes samples g = K, K + M,
 ... (one process per GPU); merge the files by `g` (lines are in g order within each file, so
 the last lines, which training holds out, are the highest ids, not the answers that took
 longest). The file is written as
@@ -69,6 +72,11 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument(
         "--start", type=int, default=0, help="the first sample id (extends a file of 0..S-1)"
     )
+    ap.add_argument(
+        "--extends",
+        type=Path,
+        help="the file of samples 0..S-1 this --start S extends: checked to come from this stream",
+    )
     ap.add_argument("--shard", type=parse_shard, default="0/1", help="K/M: samples g = K mod M")
     ap.add_argument("--device", default="auto", help="auto (GPU when available) | cpu | cuda[:i]")
     ap.add_argument(
@@ -101,6 +109,26 @@ def target_and_stream(cfg, device: torch.device):
     return backend, stream
 
 
+def check_extends(stream, path: Path, start: int) -> None:
+    """Refuse to extend a file this stream did not write: each line's prompt must be the
+    stream's sample g, and every g below `start`."""
+    if not path.is_file():
+        raise FileNotFoundError(f"--extends {path} does not exist")
+    with path.open(encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            row = json.loads(line)
+            g = row["g"]
+            if g >= start:
+                raise ValueError(f"--extends {path}:{lineno}: sample g={g} is not below --start")
+            if row["messages"][:-1] != prompt_turns(stream[g]):
+                raise ValueError(
+                    f"--extends {path}:{lineno}: sample g={g} has another prompt than this "
+                    "stream's: the file was written with other overrides, another source or "
+                    "another data.hold_out (the rule was rows before 2026-12-04); extend it with "
+                    "those"
+                )
+
+
 def fitting_ids(stream, tokenizer, limit: int, ids) -> list[int]:
     """The sample ids of `ids` whose rendered prompt has at most `limit` tokens
     (data.max_prompt_tokens): the ones regeneration answers (the others are left out, above)."""
@@ -122,6 +150,8 @@ def run(args) -> dict:
         ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
     )
     backend, stream = target_and_stream(cfg, device)
+    if args.extends is not None:
+        check_extends(stream, args.extends, args.start)
     if not backend.batch_invariant:
         print(
             f"note: target.backend={cfg.target.backend} seeds a window of samples together: "

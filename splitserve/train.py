@@ -98,6 +98,18 @@ def _check_resume(ckpt_dir: Path, draft: DraftConfig) -> None:
         )
 
 
+def _check_resume_data(ckpt_dir: Path, data) -> None:
+    """A resumed run keeps its hold-out rule: another holds out other rows, so the prompt stream
+    it resumes would be another from its first step on (a run saved before data.hold_out
+    existed held out rows)."""
+    saved = ckpt.read_run_section(ckpt_dir, "data").get("hold_out", "rows")
+    if saved != data.hold_out:
+        raise ValueError(
+            f"checkpoint {ckpt_dir} was trained with data.hold_out={saved}, this run sets "
+            f"{data.hold_out}: resume with data.hold_out={saved}, or use a new train.run_dir"
+        )
+
+
 def _check_init(path: str, draft: DraftConfig) -> str:
     """train.init_from: readable, and its draft config equal to this run's (loss weights may
     differ: they shape training, not the weights). Returns the concrete directory (a run
@@ -150,6 +162,7 @@ def prepare(cfg: RunConfig, node: Any, run_dir: Path):
             )
         if found is not None:
             _check_resume(found, draft)
+            _check_resume_data(found, cfg.data)
             resume_from, start = str(found), ckpt.step_of(found)
             print(f"resuming from {found} (step {start} of {cfg.train.steps})", file=sys.stderr)
     init_from = None

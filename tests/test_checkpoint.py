@@ -151,7 +151,13 @@ def test_a_checkpoint_written_by_f97d512_loads_resumes_and_exports(tmp_path):
     decoder, _ = load_decoder(draft.path, target, scheduler=SchedulerConfig("fixed"), device="cpu")
     assert len(decoder.generate([1, 2, 3], 6).token_ids) == 6
 
-    summary = run(compose_cfg(LEGACY_RUN + [f"target.path={target}", "train.steps=2"]), run_dir)
+    # it held out rows (the rule before data.hold_out): resumed under another rule, its prompt
+    # stream would be another; refused before anything is written, then resumed under its own
+    argv = LEGACY_RUN + [f"target.path={target}", "train.steps=2"]
+    with pytest.raises(ValueError, match=r"trained with data.hold_out=rows, this run sets prompts"):
+        run(compose_cfg(argv), run_dir)
+    assert not (run_dir / "metrics.jsonl").exists()
+    summary = run(compose_cfg(argv + ["data.hold_out=rows"]), run_dir)
     assert summary["steps"] == 2
     assert '"event": "resumed", "step": 1' in (run_dir / "metrics.jsonl").read_text()
 

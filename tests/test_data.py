@@ -155,3 +155,39 @@ def test_hf_dataset_column_pairs_and_lazy_read_errors_are_named(tmp_path):
                 streaming=True,
             )
         )
+
+
+def _chat_rows(path, pairs):
+    """A jsonl_chat file of (prompt, answer) rows, as regeneration writes one."""
+    rows = [
+        {"messages": [{"role": "user", "content": p}, {"role": "assistant", "content": a}]}
+        for p, a in pairs
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_a_held_out_prompt_leaves_training_on_every_row(tmp_path):
+    """A regenerated file holds one prompt on several rows (one per sampling setting): holding
+    out by prompt (the default) takes the last prompts and every row of them out of training;
+    `rows`, the rule before it, held out the last rows only and trained on their prompts."""
+    pairs = [("p0", "a"), ("p1", "a"), ("p2", "a"), ("p1", "b"), ("p3", "a"), ("p2", "c")]
+    src = SourceConfig(kind="jsonl_chat", path=str(_chat_rows(tmp_path / "r.jsonl", pairs)))
+
+    def prompts(convs):
+        return [(c[0]["content"], c[1]["content"]) for c in convs]
+
+    split = load_prompts(DataConfig(sources=[src], eval_prompts=2))
+    assert prompts(split.eval) == [("p3", "a"), ("p2", "c")]  # the last row of each prompt
+    assert prompts(split.train) == [("p0", "a"), ("p1", "a"), ("p1", "b")]  # no p2 row left
+    old = load_prompts(DataConfig(sources=[src], eval_prompts=2, hold_out="rows"))
+    assert prompts(old.eval) == [("p3", "a"), ("p2", "c")]
+    assert ("p2", "a") in prompts(old.train)  # a held-out prompt trained on
+    # distinct prompts are counted: three held out here, though the tail's rows repeat p2
+    three = load_prompts(DataConfig(sources=[src], eval_prompts=3))
+    assert prompts(three.eval) == [("p1", "b"), ("p3", "a"), ("p2", "c")]
+    assert prompts(three.train) == [("p0", "a")]
+    with pytest.raises(ValueError, match="holding out its last 4 prompts leaves no row"):
+        load_prompts(DataConfig(sources=[src], eval_prompts=4))
+    with pytest.raises(ValueError, match=r"data.hold_out='row' is invalid; allowed: prompts, rows"):
+        load_prompts(DataConfig(sources=[src], eval_prompts=2, hold_out="row"))

@@ -44,15 +44,25 @@ def test_regenerated_shards_hold_the_online_samples_and_train_a_draft(tmp_path, 
         assert row["messages"][:-1] == [m for m in stream[g] if m["role"] != "assistant"][:1]
 
     # --start S writes samples S..N-1 only, the same lines as a file of 0..N-1 holds (a budget
-    # extended without regenerating what exists)
-    tail = tmp_path / "tail.jsonl"
-    assert (
-        main(["--out", str(tail), "--samples", "6", "--start", "3", "--device", "cpu"] + SHRUNK)
-        == 0
-    )
+    # extended without regenerating what exists); --extends checks that file came from this
+    # stream
+    tail, head = tmp_path / "tail.jsonl", tmp_path / "head.jsonl"
+    head.write_text("".join(json.dumps(by_g[g]) + "\n" for g in (0, 1)))  # 2: long prompt
+    ext = ["--samples", "6", "--start", "3", "--extends", str(head), "--device", "cpu"]
+    assert main(["--out", str(tail)] + ext + SHRUNK) == 0
     summary = json.loads(capsys.readouterr().out.splitlines()[-1])
     assert summary["start"] == 3 and summary["skipped_long_prompt"] == 1  # sample 4
     assert [json.loads(x) for x in tail.read_text().splitlines()] == [by_g[3], by_g[5]]
+    # under another prompt order (another seed here; another data.hold_out alike) the head's
+    # prompts are not the stream's: refused, nothing written
+    other = ["data.shuffle_seed=5"]
+    assert main(["--out", str(tmp_path / "t2.jsonl")] + ext + SHRUNK + other) == 2
+    err = capsys.readouterr().err
+    assert f"--extends {head}:1: sample g=0 has another prompt than this stream's" in err
+    assert not (tmp_path / "t2.jsonl").exists()
+    ext[3] = "1"  # ids of the file at or past --start
+    assert main(["--out", str(tmp_path / "t3.jsonl")] + ext + SHRUNK) == 2
+    assert f"--extends {head}:2: sample g=1 is not below --start" in capsys.readouterr().err
     empty = tmp_path / "empty.jsonl"  # a shard with no id past --start writes an empty file
     argv = ["--out", str(empty), "--samples", "6", "--start", "5", "--shard", "0/2"]
     assert main(argv + ["--device", "cpu"] + SHRUNK) == 0

@@ -112,6 +112,30 @@ def test_calibrate_writes_sglang_sts_from_held_out_prompts(dspark_ckpt, tmp_path
     for row, t in zip(rows, data["temperatures"], strict=True):  # a kept position is exactly 1.0
         assert ("kept T=1.0" not in row) or t == 1.0
     assert len(read_temperatures(out, 4)) == 4 and len(data["ece_after"]) == 4
+    assert "warning" not in capsys.readouterr().err  # held out by prompt (the default)
+
+
+def test_calibrate_warns_that_a_run_held_out_rows(dspark_ckpt, tmp_path, capsys):
+    """A run saved before data.hold_out existed held out rows, whose prompts a regenerated file
+    repeats on training rows: its held-out prompts are taken by its own rule, with a warning."""
+    import shutil
+
+    import yaml
+
+    copy = tmp_path / "step-00000001"
+    shutil.copytree(dspark_ckpt, copy)
+    config = yaml.safe_load((copy / "config.yaml").read_text())
+    del config["data"]["hold_out"]
+    (copy / "config.yaml").write_text(yaml.safe_dump(config))
+    from serving.calibrate import held_out_prompts
+
+    # (the copy's edited config no longer matches its checkpoint's manifest, so the function
+    # the CLI calls is called directly)
+    assert held_out_prompts(copy, None) == held_out_prompts(dspark_ckpt, None)  # one row each
+    err = capsys.readouterr().err
+    assert (
+        err.count("warning") == 1 and f"warning: {copy} was trained with data.hold_out=rows" in err
+    )
 
 
 def test_calibrate_measures_on_prompts_it_did_not_fit(dspark_ckpt, tmp_path, capsys):
@@ -281,6 +305,12 @@ def _refused(main, argv, capsys) -> str:
         ("generate", ["--seed", "x"], "argument --seed: 'x' is not an integer >= 0"),
         ("evaluate", ["--limit", "0"], "argument --limit: 0 is out of range"),
         ("calibrate", ["--out", "s.json", "--limit", "0"], "argument --limit: 0 is out of range"),
+        (
+            "calibrate",
+            ["--out", "s.json", "--prompts", "nope.jsonl"],
+            "argument --prompts: 'nope.jsonl' is neither held-out, a benchmark (gsm8k, mtbench, "
+            "humaneval) nor an existing jsonl_chat file",
+        ),
         (
             "calibrate",
             ["--out", "s.json", "--min-per-class", "0"],
@@ -546,10 +576,23 @@ def test_evaluate_serves_an_exported_draft_with_the_target_named(dspark_ckpt, tm
     capsys.readouterr()
     argv = ["--checkpoint", str(exported), "--target", target, "--out", str(tmp_path / "s.json")]
     assert calibrate_main(argv) == 2
-    assert "an exported draft keeps no run config" in capsys.readouterr().err
-    argv += ["--prompts", "gsm8k", "--limit", "1", "--max-new-tokens", "8", "--test-fraction", "0"]
-    assert calibrate_main(argv) == 0  # benchmark prompts need no run
+    err = capsys.readouterr().err
+    assert "an exported draft keeps no run config" in err and "a jsonl_chat file of prompts" in err
+    flags = ["--max-new-tokens", "8", "--test-fraction", "0", "--min-per-class", "1"]
+    assert calibrate_main(argv + ["--prompts", "gsm8k", "--limit", "1"] + flags) == 0  # no run
     capsys.readouterr()
+    # a file of prompts it was not trained on (scripts/held_out_prompts.py writes one): each
+    # conversation's first user message
+    prompts = tmp_path / "held.jsonl"
+    convs = [[{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]]
+    convs.append([{"role": "user", "content": "Name a prime."}])
+    prompts.write_text("".join(json.dumps({"messages": c}) + "\n" for c in convs))
+    report = tmp_path / "r.json"
+    argv += ["--prompts", str(prompts), "--report", str(report)] + flags
+    assert calibrate_main(argv) == 0
+    assert "2 prompts: fitted on 2, tested on 0" in capsys.readouterr().out
+    assert json.loads(report.read_text())["prompts"] == str(prompts)
+    assert json.loads((tmp_path / "s.json").read_text())["dataset"] == str(prompts)
     argv = ["--checkpoint", str(exported), "--target", target, "--prompt", "Hi", "--json"]
     assert generate_main(argv + ["--max-new-tokens", "4"]) == 0
     assert len(json.loads(capsys.readouterr().out.splitlines()[-1])["token_ids"]) <= 4

@@ -52,6 +52,14 @@ def test_temperatures_fitted_on_one_draw_calibrate_another():
     # the raw head scored with T = 1 everywhere: before and after agree
     raw = score_sts(fit_logits, fit_accepted, [1.0] * 4)
     assert raw["ece_after"] == raw["ece_before"] == res.ece_before
+    # over-confident: the mean predicted survival lies above the observed rate at every
+    # position, and the fitted temperatures bring it to within half a point of it
+    assert test["rate"] == prefix_labels(*synthetic(seed=1)[1:], 4).mean(0).tolist()
+    for k in range(4):
+        assert test["mean_before"][k] > test["rate"][k] + 0.015
+        assert abs(test["mean_after"][k] - test["rate"][k]) < 0.005
+    hand = score_sts(torch.zeros(2, 2), torch.tensor([0, 2]), [1.0, 1.0])  # sigmoid(0) = 0.5
+    assert hand["rate"] == [0.5, 0.5] and hand["mean_before"] == [0.5, 0.25]
     with pytest.raises(ValueError, match="3 temperatures for 4 positions"):
         score_sts(fit_logits, fit_accepted, [1.0] * 3)
     with pytest.raises(ValueError, match="needs logits"):

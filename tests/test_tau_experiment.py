@@ -313,6 +313,32 @@ FAKE_REGEN = (
 )
 
 
+def _fake_regenerate(w: Path) -> Path:
+    """PY: a stand-in for splitserve.regenerate that records its call and writes its shard's
+    ids (no target on CPU here), and the real python for the merge."""
+    fake = w / "fake_py"
+    fake.write_text(
+        "#!/usr/bin/env bash\n"
+        'echo "$@" >> "$(dirname "$0")/calls"\n'
+        f'[ "$1" = -c ] && exec {sys.executable} "$@"\n'
+        f'exec {sys.executable} -c "{FAKE_REGEN}" "$@"\n'
+    )
+    fake.chmod(0o755)
+    return fake
+
+
+def test_a_first_regeneration_starts_at_zero_and_checks_no_file(tmp_path):
+    env = _env(tmp_path, SAMPLES="100", GPUS="1", PY=str(_fake_regenerate(tmp_path)))
+    out = subprocess.run(["bash", str(SCRIPT), "regen"], env=env, capture_output=True, text=True)
+    assert out.returncode == 0 and "samples 0..182 over 1 GPUs" in out.stdout, out.stdout
+    deadline = time.time() + 60
+    while not (tmp_path / "regen.jsonl").exists():  # merged by the real python
+        assert time.time() < deadline, (tmp_path / "regen/regen.log").read_text()
+        time.sleep(0.2)
+    call = (tmp_path / "calls").read_text().splitlines()[0]
+    assert "--samples 183 --start 0 --shard 0/1" in call and "--extends" not in call
+
+
 def test_regenerated_data_travel_in_parts_and_regen_keeps_a_file_brought_in(tmp_path):
     """data-out cuts W/regen.jsonl into gzipped parts (what a device call brings back), data-in
     puts them together in another W (never over an existing file), and `regen` then keeps
@@ -353,17 +379,7 @@ def test_regenerated_data_travel_in_parts_and_regen_keeps_a_file_brought_in(tmp_
     (b / "regen1.jsonl").write_text("{}\n")  # a failed regeneration's shard: out of the merge
     # too short for the budget: extended from the id after its last, to REGEN_SAMPLES (12 % over
     # SAMPLES + EVAL_HELD, 6,791 here), in the background
-    # PY: a stand-in for splitserve.regenerate that writes its shard's ids (no target on CPU
-    # here), and the real python for the merge
-    fake = b / "fake_py"
-    fake.write_text(
-        "#!/usr/bin/env bash\n"
-        'echo "$@" >> "$(dirname "$0")/calls"\n'
-        f'[ "$1" = -c ] && exec {sys.executable} "$@"\n'
-        f'exec {sys.executable} -c "{FAKE_REGEN}" "$@"\n'
-    )
-    fake.chmod(0o755)
-    extend = script("regen", w=b, SAMPLES="6000", GPUS="2", PY=str(fake))
+    extend = script("regen", w=b, SAMPLES="6000", GPUS="2", PY=str(_fake_regenerate(b)))
     assert extend.returncode == 0 and "samples 5000..6790 over 2 GPUs" in extend.stdout
     assert "moved aside: 1 shard files" in extend.stdout
     assert list((b / "regen").glob("stale-*/regen1.jsonl"))
@@ -372,7 +388,7 @@ def test_regenerated_data_travel_in_parts_and_regen_keeps_a_file_brought_in(tmp_
         assert time.time() < deadline, (b / "regen/regen.log").read_text()
         time.sleep(0.2)
     calls = sorted((b / "calls").read_text().splitlines()[:2])
-    assert all("--samples 6791 --start 5000" in c for c in calls)
+    assert all(f"--samples 6791 --start 5000 --extends {b}/regen.jsonl" in c for c in calls)
     assert "--shard 0/2" in calls[0] and "--shard 1/2" in calls[1]
     ids = [json.loads(x)["g"] for x in (b / "regen.jsonl").read_text().splitlines()]
     assert ids == list(range(6791))  # in id order, one line each (a shard's last line had no \n)

@@ -94,6 +94,15 @@ def test_a_negative_render_ahead_is_named(tmp_path):
     )
 
 
+def test_an_unknown_hold_out_rule_is_named(tmp_path):
+    expect_failure(
+        tmp_path,
+        ["data.hold_out=row"],
+        ValueError,
+        r"data.hold_out='row' is invalid; allowed: prompts, rows",
+    )
+
+
 def test_unknown_config_key(tmp_path):
     expect_failure(
         tmp_path, ["+train.learning_rate=0.1"], ValueError, r"bad config key train.learning_rate"
