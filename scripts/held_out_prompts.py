@@ -10,6 +10,8 @@ each source out of regeneration and training, but a source may repeat a prompt's
 does) and drafts trained before `data.hold_out=prompts` (2026-12-04) trained on such repeats:
 `--exclude` takes the files a draft was trained on (jsonl_chat, e.g. its regenerated files) and
 leaves out every held-out prompt found there, so the file holds only prompts checked unseen.
+A prompt is its turns before the first answer, system turns included (as `data.prompt_key`
+compares them); calibrate decodes from its first user message.
 """
 
 from __future__ import annotations
@@ -50,6 +52,9 @@ def held_out(overrides: list[str], exclude: list[Path]) -> tuple[list, int]:
 
 
 def main(argv=None) -> int:
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
     args = build_parser().parse_args(argv)
     if args.out.exists():
         print(f"error: {args.out} exists; it is never overwritten", file=sys.stderr)
@@ -59,7 +64,7 @@ def main(argv=None) -> int:
             if not path.is_file():
                 raise FileNotFoundError(f"--exclude {path} does not exist")
         kept, dropped = held_out(args.overrides, args.exclude)
-    except (ValueError, FileNotFoundError) as exc:
+    except (ValueError, FileNotFoundError, HydraException, OmegaConfBaseException) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     kept = kept[: args.limit]

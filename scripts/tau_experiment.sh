@@ -284,8 +284,8 @@ regen-fg)
     pids+=($!)
   done
   waitall "${pids[@]}" || { tail -n 20 "$W"/regen[0-9]*.log; exit 1; }
-  # one file in sample-id order (an extended file's lines first): the last EVAL_HELD lines
-  # (held out) are the highest ids
+  # one file in sample-id order (an extended file's lines first): the last lines, whose
+  # EVAL_HELD prompts training holds out (with every row of them), are the highest ids
   $PY -c "import json, sys; rows = [x.rstrip('\n') + '\n' for f in sys.argv[1:] for x in open(f)]
 rows.sort(key=lambda x: json.loads(x)['g']); sys.stdout.writelines(rows)" \
     $(ls "$W/regen.jsonl" 2> /dev/null) "$W"/regen[0-9]*.jsonl > "$W/regen.jsonl.partial"
@@ -300,7 +300,9 @@ train)
   [ -f "$W/regen.jsonl" ] || { echo "error: $W/regen.jsonl is missing (run regen first)"; exit 1; }
   ! running "$W/regen/regen.pid" || { echo "error: regeneration is still running (wait regen)"; exit 1; }
   n=$(wc -l < "$W/regen.jsonl")
-  # fewer would repeat samples: the run's stream wraps around its file
+  # fewer would repeat samples: the run's stream wraps around its file (under
+  # data.hold_out=prompts the held-out prompts' other rows leave training too, about one per
+  # walk of the prompt pool: regen's 12 % margin holds them, a file cut to NEED may not)
   [ "$n" -ge "$NEED" ] || {
     echo "error: $W/regen.jsonl has $n samples; a run takes $NEED (SAMPLES + EVAL_HELD): run regen to extend it"
     exit 1

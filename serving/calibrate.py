@@ -9,7 +9,7 @@ reads from `--speculative-dspark-confidence-sts-path`.
 `held-out` (default) takes the prompts the training run held out of every source (its config is
 saved in the checkpoint), so calibration never sees training prompts under `data.hold_out=prompts`
 (the default; under `rows`, a run's rule before 2026-12-04, a regenerated file's held-out rows
-share their prompts with training rows, and a warning says so). An exported draft keeps no run
+share their prompts with training rows, and a warning counts them). An exported draft keeps no run
 config: give it a jsonl_chat FILE of prompts it was not trained on (`scripts/held_out_prompts.py`
 writes a recipe's, leaving out any found in the training files). The decoder runs greedy with
 every draft slot verified, recording each block's raw confidence logits and how many drafts were
@@ -35,7 +35,14 @@ from tqdm import tqdm
 from draft_models.config_io import load_dataclass
 from draft_models.sts import fit_sts, score_sts
 from splitserve import checkpoint
-from splitserve.data import Conversation, DataConfig, load_prompts, prompt_turns, read_jsonl_chat
+from splitserve.data import (
+    Conversation,
+    DataConfig,
+    load_prompts,
+    prompt_key,
+    prompt_turns,
+    read_jsonl_chat,
+)
 from splitserve.target.chat import prompt_ids
 
 from . import cli
@@ -54,14 +61,18 @@ def held_out_prompts(ckpt: Path, limit: int | None) -> list[list[str]]:
     section = checkpoint.read_run_section(ckpt, "data")
     section.setdefault("hold_out", "rows")  # a run saved before the field held out rows
     data = load_dataclass(DataConfig, section, "data")
-    if data.hold_out == "rows":
+    split = load_prompts(data)
+    held = split.eval[:limit]
+    trained = {prompt_key(c) for c in split.train}
+    seen = sum(prompt_key(c) in trained for c in held)
+    if seen:  # only under data.hold_out=rows
         print(
-            f"warning: {ckpt} was trained with data.hold_out=rows: on a regenerated file its "
-            "held-out rows share their prompts with training rows; a file of prompts checked "
-            "unseen (scripts/held_out_prompts.py, --prompts FILE) is held out for certain",
+            f"warning: {seen} of the {len(held)} prompts {ckpt} held out (data.hold_out="
+            f"{data.hold_out}) are on its training rows too; give --prompts a file of prompts "
+            "checked unseen (scripts/held_out_prompts.py) to calibrate on held-out ones only",
             file=sys.stderr,
         )
-    return first_user_turns(load_prompts(data).eval[:limit])
+    return first_user_turns(held)
 
 
 def prompt_set(text: str) -> str | Path:
@@ -80,8 +91,14 @@ def load_prompt_set(prompts: str | Path, ckpt: Path, limit: int | None) -> list[
     """The prompts of --prompts, each as [first user message]."""
     if isinstance(prompts, Path):
         items = first_user_turns(read_jsonl_chat(prompts, limit))
-        if not all(items):
-            raise ValueError(f"--prompts {prompts}: a conversation there has no user message")
+        if not items:
+            raise ValueError(f"--prompts {prompts} holds no conversation")
+        for k, item in enumerate(items):
+            if not item:
+                raise ValueError(
+                    f"--prompts {prompts}: conversation {k + 1} has no user message before its "
+                    "first answer"
+                )
         return items
     if prompts == "held-out":
         try:

@@ -118,6 +118,8 @@ class RunConfig:
                 raise bad("data.sources[].kind", s.kind, ", ".join(SOURCE_KINDS))
         if self.data.hold_out not in HOLD_OUT:
             raise bad("data.hold_out", self.data.hold_out, ", ".join(HOLD_OUT))
+        if self.data.eval_prompts < 0:
+            raise bad("data.eval_prompts", self.data.eval_prompts, "an integer >= 0")
         if self.data.max_length < self.draft.block_size + 2:
             raise bad(
                 "data.max_length",

@@ -297,7 +297,8 @@ READERS = {"gsm8k": read_gsm8k, "sharegpt": read_sharegpt, "jsonl_chat": read_js
 
 
 def read_source(source: SourceConfig, extra: int = 0) -> list[Conversation]:
-    """Read up to `limit + extra` conversations (extra: the held-out tail)."""
+    """Read up to `limit + extra` conversations (extra: the held-out tail; under
+    data.hold_out=prompts more rows may leave training, load_prompts)."""
     limit = None if source.limit is None else source.limit + extra
     started = time.perf_counter()
     if source.kind == "hf_dataset":
@@ -333,15 +334,11 @@ def prompt_key(conversation: Conversation) -> str:
     return json.dumps(prompt_turns(conversation), ensure_ascii=False)
 
 
-def hold_out(
-    convs: list[Conversation], n: int, by: str
-) -> tuple[list[Conversation], list[Conversation]]:
-    """(train, held) of one source. `rows`: the last n rows are held. `prompts`: the last n
-    distinct prompts are held (the last row of each), and every row with one of them leaves
-    training, wherever it stands: a file regenerated under several sampling settings holds a
-    prompt on several rows, and a source may repeat a prompt's text."""
+def held_tail(convs: list[Conversation], n: int, by: str) -> list[Conversation]:
+    """The held-out conversations of one source: `rows`, its last n rows; `prompts`, the last
+    row of each of its last n distinct prompts."""
     if by == "rows":
-        return convs[: len(convs) - n], convs[len(convs) - n :]
+        return convs[len(convs) - n :]
     if by != "prompts":
         raise ValueError(f"data.hold_out={by!r} is invalid; allowed: {', '.join(HOLD_OUT)}")
     held: dict[str, Conversation] = {}
@@ -349,25 +346,34 @@ def hold_out(
         if len(held) == n:
             break
         held.setdefault(prompt_key(conv), conv)
-    return [c for c in convs if prompt_key(c) not in held], list(reversed(held.values()))
+    return list(reversed(held.values()))
 
 
 def load_prompts(cfg: DataConfig) -> PromptSplit:
-    """Training and held-out conversations: the last `eval_prompts` prompts of each source are
-    held out (`data.hold_out`: by prompt, or the old rule, by row)."""
+    """Training and held-out conversations. `data.hold_out=prompts`: the last `eval_prompts`
+    distinct prompts of each source are held out, and every row of any source whose prompt is
+    one of them leaves training, wherever it stands (a file regenerated under several sampling
+    settings holds a prompt on several rows, and a source may repeat a prompt's text), so a
+    source may train on fewer rows than its `limit`. `rows`, the rule before 2026-12-04: the
+    last `eval_prompts` rows of each source, whose prompts other rows may hold."""
+    if cfg.eval_prompts < 0:
+        raise ValueError(f"data.eval_prompts={cfg.eval_prompts} is invalid; allowed: >= 0")
+    sources = [(s, read_source(s, extra=cfg.eval_prompts)) for s in cfg.sources]
+    tails = [held_tail(convs, cfg.eval_prompts, cfg.hold_out) for _, convs in sources]
+    held_keys = {prompt_key(c) for tail in tails for c in tail}
     train: list[Conversation] = []
-    held: list[Conversation] = []
-    for source in cfg.sources:
-        convs = read_source(source, extra=cfg.eval_prompts)
-        kept, out = hold_out(convs, cfg.eval_prompts, cfg.hold_out)
+    for (source, convs), tail in zip(sources, tails, strict=True):
+        if cfg.hold_out == "rows":
+            kept = convs[: len(convs) - len(tail)]
+        else:
+            kept = [c for c in convs if prompt_key(c) not in held_keys]
         if not kept:
             raise ValueError(
-                f"data source {source.kind} ({source.path or 'default'}): holding out its last "
+                f"data source {source.kind} ({source.path or 'default'}): holding out "
                 f"{cfg.eval_prompts} prompts leaves no row to train on"
             )
         train.extend(kept * max(1, source.weight))
-        held.extend(out)
-    return PromptSplit(train=train, eval=held)
+    return PromptSplit(train=train, eval=[c for tail in tails for c in tail])
 
 
 class PromptStream:

@@ -29,8 +29,8 @@ prompt must be this stream's sample g, or nothing is written (a file written wit
 overrides, another source or another `data.hold_out` holds another prompt order, and extending
 it would repeat and skip prompts). `--shard K/M` writes samples g = K, K + M,
 ... (one process per GPU); merge the files by `g` (lines are in g order within each file, so
-the last lines, which training holds out, are the highest ids, not the answers that took
-longest). The file is written as
+the last lines, whose prompts training holds out, are the highest ids, not the answers that
+took longest). The file is written as
 FILE.partial and renamed when complete; an existing FILE is never overwritten.
 """
 
@@ -110,23 +110,32 @@ def target_and_stream(cfg, device: torch.device):
 
 
 def check_extends(stream, path: Path, start: int) -> None:
-    """Refuse to extend a file this stream did not write: each line's prompt must be the
-    stream's sample g, and every g below `start`."""
+    """Refuse to extend a file this stream did not write: it holds samples, each line's prompt
+    is the stream's sample g, and every g lies below `start`."""
     if not path.is_file():
         raise FileNotFoundError(f"--extends {path} does not exist")
+    lines = 0
     with path.open(encoding="utf-8") as f:
         for lineno, line in enumerate(f, 1):
-            row = json.loads(line)
-            g = row["g"]
-            if g >= start:
-                raise ValueError(f"--extends {path}:{lineno}: sample g={g} is not below --start")
-            if row["messages"][:-1] != prompt_turns(stream[g]):
+            where = f"--extends {path}:{lineno}"
+            try:
+                row = json.loads(line)
+                g, prompt = row["g"], row["messages"][:-1]
+            except (json.JSONDecodeError, KeyError, TypeError):
                 raise ValueError(
-                    f"--extends {path}:{lineno}: sample g={g} has another prompt than this "
-                    "stream's: the file was written with other overrides, another source or "
-                    "another data.hold_out (the rule was rows before 2026-12-04); extend it with "
-                    "those"
+                    f"{where}: not a regenerated sample (a JSON object with g and messages)"
+                ) from None
+            if not isinstance(g, int) or not 0 <= g < start:
+                raise ValueError(f"{where}: sample g={g!r} is not in 0..{start - 1} (--start)")
+            if prompt != prompt_turns(stream[g]):
+                raise ValueError(
+                    f"{where}: sample g={g} has another prompt than this stream's: the file was "
+                    "written with other overrides, another source or another data.hold_out (the "
+                    "rule was rows before 2026-12-04); extend it with those"
                 )
+            lines += 1
+    if lines == 0:
+        raise ValueError(f"--extends {path} holds no sample")
 
 
 def fitting_ids(stream, tokenizer, limit: int, ids) -> list[int]:

@@ -98,15 +98,19 @@ def _check_resume(ckpt_dir: Path, draft: DraftConfig) -> None:
         )
 
 
-def _check_resume_data(ckpt_dir: Path, data) -> None:
-    """A resumed run keeps its hold-out rule: another holds out other rows, so the prompt stream
-    it resumes would be another from its first step on (a run saved before data.hold_out
-    existed held out rows)."""
+def _check_resume_data(ckpt_dir: Path, data, split) -> None:
+    """A resumed run keeps its held-out split: under another data.hold_out (a run saved before
+    the field existed held out rows) the rows it trains on, and so its prompt stream, may differ
+    from its first step on. Refused only when they do (`split`: this run's load_prompts)."""
     saved = ckpt.read_run_section(ckpt_dir, "data").get("hold_out", "rows")
-    if saved != data.hold_out:
+    if saved == data.hold_out:
+        return
+    then = load_prompts(dataclasses.replace(data, hold_out=saved))
+    if then.train != split.train or then.eval != split.eval:
         raise ValueError(
-            f"checkpoint {ckpt_dir} was trained with data.hold_out={saved}, this run sets "
-            f"{data.hold_out}: resume with data.hold_out={saved}, or use a new train.run_dir"
+            f"checkpoint {ckpt_dir} was trained with data.hold_out={saved}, which splits these "
+            f"sources otherwise than this run's {data.hold_out}: resume with "
+            f"data.hold_out={saved}, or use a new train.run_dir"
         )
 
 
@@ -162,7 +166,7 @@ def prepare(cfg: RunConfig, node: Any, run_dir: Path):
             )
         if found is not None:
             _check_resume(found, draft)
-            _check_resume_data(found, cfg.data)
+            _check_resume_data(found, cfg.data, prompts)
             resume_from, start = str(found), ckpt.step_of(found)
             print(f"resuming from {found} (step {start} of {cfg.train.steps})", file=sys.stderr)
     init_from = None

@@ -151,13 +151,9 @@ def test_a_checkpoint_written_by_f97d512_loads_resumes_and_exports(tmp_path):
     decoder, _ = load_decoder(draft.path, target, scheduler=SchedulerConfig("fixed"), device="cpu")
     assert len(decoder.generate([1, 2, 3], 6).token_ids) == 6
 
-    # it held out rows (the rule before data.hold_out): resumed under another rule, its prompt
-    # stream would be another; refused before anything is written, then resumed under its own
-    argv = LEGACY_RUN + [f"target.path={target}", "train.steps=2"]
-    with pytest.raises(ValueError, match=r"trained with data.hold_out=rows, this run sets prompts"):
-        run(compose_cfg(argv), run_dir)
-    assert not (run_dir / "metrics.jsonl").exists()
-    summary = run(compose_cfg(argv + ["data.hold_out=rows"]), run_dir)
+    # it held out rows (the rule before data.hold_out); its GSM8K rows repeat no prompt, so
+    # the default rule splits them alike and it resumes
+    summary = run(compose_cfg(LEGACY_RUN + [f"target.path={target}", "train.steps=2"]), run_dir)
     assert summary["steps"] == 2
     assert '"event": "resumed", "step": 1' in (run_dir / "metrics.jsonl").read_text()
 
@@ -233,6 +229,27 @@ def test_a_new_run_starts_from_exported_or_checkpointed_draft_weights(tmp_path):
         (tmp_path / "other").mkdir()
         (tmp_path / "other" / "config.json").write_text("{}")
         run(compose_cfg(base + [f"train.init_from={tmp_path / 'other'}"]), tmp_path / "c")
+
+
+def test_resume_refuses_a_hold_out_rule_that_splits_the_rows_otherwise(tmp_path):
+    """A run saved before data.hold_out existed held out rows. Resumed under `prompts` on a file
+    that repeats a held-out prompt, its training rows (so its prompt stream) would differ:
+    refused. On rows that repeat no prompt the two rules agree, and it resumes."""
+    from test_data import _chat_rows
+
+    from splitserve.data import DataConfig, SourceConfig, load_prompts
+    from splitserve.train import _check_resume_data
+
+    (tmp_path / "config.yaml").write_text("data:\n  eval_prompts: 1\n")  # no hold_out: rows
+    pairs = [("p0", "a"), ("p1", "a"), ("p0", "b")]
+    src = SourceConfig(kind="jsonl_chat", path=str(_chat_rows(tmp_path / "r.jsonl", pairs)))
+    data = DataConfig(sources=[src], eval_prompts=1)
+    with pytest.raises(ValueError, match="trained with data.hold_out=rows, which splits these"):
+        _check_resume_data(tmp_path, data, load_prompts(data))
+    _chat_rows(tmp_path / "r.jsonl", pairs[:2])  # p1 held either way
+    _check_resume_data(tmp_path, data, load_prompts(data))
+    rows = DataConfig(sources=[src], eval_prompts=1, hold_out="rows")
+    _check_resume_data(tmp_path, rows, load_prompts(rows))  # the rule it was saved with
 
 
 def test_resume_accepts_another_chunk_size_but_not_another_objective(tmp_path):

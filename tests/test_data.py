@@ -187,7 +187,23 @@ def test_a_held_out_prompt_leaves_training_on_every_row(tmp_path):
     three = load_prompts(DataConfig(sources=[src], eval_prompts=3))
     assert prompts(three.eval) == [("p1", "b"), ("p3", "a"), ("p2", "c")]
     assert prompts(three.train) == [("p0", "a")]
-    with pytest.raises(ValueError, match="holding out its last 4 prompts leaves no row"):
+    with pytest.raises(ValueError, match="holding out 4 prompts leaves no row"):
         load_prompts(DataConfig(sources=[src], eval_prompts=4))
+    # a held-out prompt leaves every source's training, not only its own
+    other = _chat_rows(tmp_path / "o.jsonl", [("p3", "z"), ("r0", "a"), ("q0", "a"), ("q1", "a")])
+    both = SourceConfig(kind="jsonl_chat", path=str(other))
+    two = load_prompts(DataConfig(sources=[both, src], eval_prompts=1))
+    assert prompts(two.eval) == [("q1", "a"), ("p2", "c")]
+    assert prompts(two.train) == [("p3", "z"), ("r0", "a"), ("q0", "a")] + [
+        ("p0", "a"),
+        ("p1", "a"),
+        ("p1", "b"),
+        ("p3", "a"),
+    ]
+    two = load_prompts(DataConfig(sources=[src, both], eval_prompts=2))  # p3 held by src
+    assert prompts(two.train) == [("p0", "a"), ("p1", "a"), ("p1", "b"), ("r0", "a")]
+    assert ("p3", "a") in prompts(two.eval)
+    with pytest.raises(ValueError, match="data.eval_prompts=-1 is invalid"):
+        load_prompts(DataConfig(sources=[src], eval_prompts=-1))
     with pytest.raises(ValueError, match=r"data.hold_out='row' is invalid; allowed: prompts, rows"):
         load_prompts(DataConfig(sources=[src], eval_prompts=2, hold_out="row"))

@@ -33,6 +33,8 @@ def test_writes_the_held_out_prompts_less_those_trained_on(tmp_path, capsys):
     other = tmp_path / "other.jsonl"
     assert main(["--out", str(other), "--exclude", str(tmp_path / "nope.jsonl"), *overrides]) == 2
     assert "--exclude" in capsys.readouterr().err and not other.exists()
+    assert main(["--out", str(other), "data.nope=1"]) == 2  # a bad override, named
+    assert "data.nope" in capsys.readouterr().err and not other.exists()
     assert main(["--out", str(other), "--limit", "1", *overrides]) == 0  # no --exclude: all 3
     assert [json.loads(x)["messages"][0]["content"] for x in other.read_text().splitlines()] == [
         "p2"

@@ -62,7 +62,12 @@ def test_regenerated_shards_hold_the_online_samples_and_train_a_draft(tmp_path, 
     assert not (tmp_path / "t2.jsonl").exists()
     ext[3] = "1"  # ids of the file at or past --start
     assert main(["--out", str(tmp_path / "t3.jsonl")] + ext + SHRUNK) == 2
-    assert f"--extends {head}:2: sample g=1 is not below --start" in capsys.readouterr().err
+    assert f"--extends {head}:2: sample g=1 is not in 0..0 (--start)" in capsys.readouterr().err
+    ext[3] = "3"
+    for text, why in (("", "holds no sample"), ('{"messages": []}\n', ":1: not a regenerated")):
+        head.write_text(text)
+        assert main(["--out", str(tmp_path / "t4.jsonl")] + ext + SHRUNK) == 2
+        assert why in capsys.readouterr().err and not (tmp_path / "t4.jsonl").exists()
     empty = tmp_path / "empty.jsonl"  # a shard with no id past --start writes an empty file
     argv = ["--out", str(empty), "--samples", "6", "--start", "5", "--shard", "0/2"]
     assert main(argv + ["--device", "cpu"] + SHRUNK) == 0

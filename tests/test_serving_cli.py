@@ -115,27 +115,23 @@ def test_calibrate_writes_sglang_sts_from_held_out_prompts(dspark_ckpt, tmp_path
     assert "warning" not in capsys.readouterr().err  # held out by prompt (the default)
 
 
-def test_calibrate_warns_that_a_run_held_out_rows(dspark_ckpt, tmp_path, capsys):
-    """A run saved before data.hold_out existed held out rows, whose prompts a regenerated file
-    repeats on training rows: its held-out prompts are taken by its own rule, with a warning."""
-    import shutil
+def test_calibrate_warns_that_a_run_held_out_rows(tmp_path, capsys):
+    """A run saved before data.hold_out existed held out rows; on a file that repeats a prompt
+    its held-out prompts may be on training rows too: taken by its own rule, with a warning
+    that counts them (none under the default rule)."""
+    from test_data import _chat_rows
 
-    import yaml
-
-    copy = tmp_path / "step-00000001"
-    shutil.copytree(dspark_ckpt, copy)
-    config = yaml.safe_load((copy / "config.yaml").read_text())
-    del config["data"]["hold_out"]
-    (copy / "config.yaml").write_text(yaml.safe_dump(config))
     from serving.calibrate import held_out_prompts
 
-    # (the copy's edited config no longer matches its checkpoint's manifest, so the function
-    # the CLI calls is called directly)
-    assert held_out_prompts(copy, None) == held_out_prompts(dspark_ckpt, None)  # one row each
+    rows = _chat_rows(tmp_path / "r.jsonl", [("p0", "a"), ("p1", "a"), ("p0", "b")])
+    config = f"data:\n  eval_prompts: 1\n  sources: [{{kind: jsonl_chat, path: {rows}}}]\n"
+    (tmp_path / "config.yaml").write_text(config)  # what read_run_section reads
+    assert held_out_prompts(tmp_path, None) == [["p0"]]
     err = capsys.readouterr().err
-    assert (
-        err.count("warning") == 1 and f"warning: {copy} was trained with data.hold_out=rows" in err
-    )
+    assert f"warning: 1 of the 1 prompts {tmp_path} held out (data.hold_out=rows)" in err
+    (tmp_path / "config.yaml").write_text(config + "  hold_out: prompts\n")
+    assert held_out_prompts(tmp_path, None) == [["p0"]]  # the row p0 b; p0 a leaves training
+    assert "warning" not in capsys.readouterr().err
 
 
 def test_calibrate_measures_on_prompts_it_did_not_fit(dspark_ckpt, tmp_path, capsys):
@@ -637,3 +633,16 @@ def test_evaluate_serves_a_draft_folder_alone_with_the_target_named(eagle3_ckpt,
     argv = ["--checkpoint", str(alone), "--target", target, "--out", str(tmp_path / "s.json")]
     assert calibrate_main(argv) == 2
     assert "draft/ folder alone keeps no run config" in capsys.readouterr().err
+
+
+def test_a_prompts_file_without_prompts_is_named(tmp_path):
+    from serving.calibrate import load_prompt_set
+
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n")
+    with pytest.raises(ValueError, match=f"--prompts {empty} holds no conversation"):
+        load_prompt_set(empty, tmp_path, None)
+    system_only = tmp_path / "system.jsonl"
+    system_only.write_text(json.dumps({"messages": [{"role": "system", "content": "Hi"}]}) + "\n")
+    with pytest.raises(ValueError, match="conversation 1 has no user message"):
+        load_prompt_set(system_only, tmp_path, None)
