@@ -1,7 +1,7 @@
 """Fit STS temperatures of a draft's confidence head on held-out prompts and write the JSON SGLang
 reads from `--speculative-dspark-confidence-sts-path`.
 
-    python -m serving.calibrate --checkpoint RUN/checkpoints/step-N --out sts.json
+    python -m serving.calibrate --checkpoint RUN/checkpoints/step-N (--out sts.json | --score S)
         [--prompts held-out|gsm8k|mtbench|humaneval|FILE.jsonl] [--limit N] [--max-new-tokens N]
         [--min-per-class N] [--test-fraction F] [--report R.json] [--target DIR] [--device auto]
         [--dtype auto]
@@ -18,7 +18,8 @@ prompts (default half), spread evenly over the list so every source is on both s
 out of the fit: ECE and AUC of the prefix survival per position, before and after, are printed on
 the fitted prompts and on those test prompts (the figures to trust), and `--report` writes both
 as JSON. Blocks of one prompt stay on one side of the split. The temperatures written are those
-fitted on the fit split.
+fitted on the fit split. `--score STS.json` fits nothing: it scores a file's temperatures on
+every prompt (temperatures fitted on some prompts, checked on those they will be served on).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ import torch
 from tqdm import tqdm
 
 from draft_models.config_io import load_dataclass
-from draft_models.sts import fit_sts, score_sts
+from draft_models.sts import fit_sts, read_temperatures, score_sts
 from splitserve import checkpoint
 from splitserve.data import (
     Conversation,
@@ -194,7 +195,13 @@ def build_parser():
         "calibrate", "Fit STS calibration of the confidence head; write SGLang's STS JSON"
     )
     add_model_args(ap)
-    ap.add_argument("--out", required=True, type=Path, help="the STS JSON to write")
+    ap.add_argument("--out", type=Path, help="the STS JSON to write (the fit; or --score)")
+    ap.add_argument(
+        "--score",
+        type=Path,
+        help="an STS JSON to score on these prompts instead of fitting one (every prompt "
+        "tested; with --report, written there)",
+    )
     ap.add_argument(
         "--prompts",
         default="held-out",
@@ -239,9 +246,48 @@ def _table(title: str, scores: dict, temperatures: list[float], notes: list[str]
         )
 
 
+def _write_report(path: Path | None, report: dict) -> None:
+    """The report as strict JSON: an undefined AUC (one class only) is null, not NaN."""
+    if path is None:
+        return
+    for part in ("fit", "test", "scored"):
+        for key in ("auc_before", "auc_after"):
+            if part in report:
+                report[part][key] = _json_safe(report[part][key])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=1, allow_nan=False))
+
+
+def score_file(args, command: str, decoder, tok, items) -> None:
+    """--score: the ECE/AUC of an STS file's temperatures on every prompt (e.g. temperatures
+    fitted on one set of prompts, scored on the prompts they will be served on)."""
+    temperatures = read_temperatures(args.score, decoder.gamma)  # before the decoding
+    per_prompt = collect(decoder, tok, items, args.max_new_tokens)
+    logits = torch.cat([x for x, _ in per_prompt])
+    if logits.shape[0] == 0:
+        raise ValueError(
+            f"{len(items)} prompts gave no full draft block verified; raise --max-new-tokens or "
+            "use more prompts"
+        )
+    accepted = torch.cat([y for _, y in per_prompt])
+    scores = score_sts(logits, accepted, temperatures)
+    _table(
+        f"scored ({len(items)} prompts, {scores['num_samples']} blocks; the temperatures of "
+        f"{args.score})",
+        scores,
+        temperatures,
+        ["from the file"] * len(temperatures),
+    )
+    report = {"command": command, "prompts": str(args.prompts), "score": str(args.score)}
+    _write_report(args.report, {**report, "temperatures": temperatures, "scored": scores})
+    print("scored" + (f"; wrote {args.report}" if args.report else ""))
+
+
 def main(argv=None) -> int:
     ap = build_parser()
     args = ap.parse_args(argv)
+    if (args.out is None) == (args.score is None):
+        ap.error("give one of --out (fit temperatures and write them) and --score STS.json")
     try:
         # raw confidence logits, every slot verified: fixed schedule, no STS, the trained block
         args.checkpoint = checkpoint.resolve(args.checkpoint)
@@ -256,6 +302,9 @@ def main(argv=None) -> int:
         )
         if not decoder.draft.cfg.confidence_head:
             raise ValueError(f"{args.checkpoint}: this draft has no confidence head to calibrate")
+        if args.score is not None:
+            score_file(args, cli.command_line(ap, argv), decoder, tok, items)
+            return 0
         test_prompts = pick_test_prompts(len(items), args.test_fraction)  # before the decoding
         n_test = len(test_prompts)
         (logits, accepted), test = split(
@@ -294,13 +343,7 @@ def main(argv=None) -> int:
         )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result.sglang_json(), indent=1))
-    if args.report is not None:
-        args.report.parent.mkdir(parents=True, exist_ok=True)
-        for part in ("fit", "test"):
-            for key in ("auc_before", "auc_after"):
-                if part in report:
-                    report[part][key] = _json_safe(report[part][key])
-        args.report.write_text(json.dumps(report, indent=1, allow_nan=False))
+    _write_report(args.report, report)
     print(f"wrote {args.out}" + (f" and {args.report}" if args.report else ""))
     return 0
 

@@ -301,6 +301,8 @@ def _refused(main, argv, capsys) -> str:
         ("generate", ["--seed", "x"], "argument --seed: 'x' is not an integer >= 0"),
         ("evaluate", ["--limit", "0"], "argument --limit: 0 is out of range"),
         ("calibrate", ["--out", "s.json", "--limit", "0"], "argument --limit: 0 is out of range"),
+        ("calibrate", [], "give one of --out (fit temperatures and write them) and --score"),
+        ("calibrate", ["--out", "s.json", "--score", "s.json"], "give one of --out"),
         (
             "calibrate",
             ["--out", "s.json", "--prompts", "nope.jsonl"],
@@ -588,7 +590,30 @@ def test_evaluate_serves_an_exported_draft_with_the_target_named(dspark_ckpt, tm
     assert calibrate_main(argv) == 0
     assert "2 prompts: fitted on 2, tested on 0" in capsys.readouterr().out
     assert json.loads(report.read_text())["prompts"] == str(prompts)
-    assert json.loads((tmp_path / "s.json").read_text())["dataset"] == str(prompts)
+    fitted = json.loads((tmp_path / "s.json").read_text())
+    assert fitted["dataset"] == str(prompts)
+    # --score: those temperatures scored on other prompts (GSM8K's first two), nothing fitted
+    scored = tmp_path / "scored.json"
+    score = ["--checkpoint", str(exported), "--target", target, "--score", str(tmp_path / "s.json")]
+    score += [
+        "--prompts",
+        "gsm8k",
+        "--limit",
+        "2",
+        "--max-new-tokens",
+        "8",
+        "--report",
+        str(scored),
+    ]
+    assert calibrate_main(score) == 0
+    out = capsys.readouterr().out
+    assert "scored (2 prompts, " in out and "the temperatures of " in out
+    rep = json.loads(scored.read_text())
+    assert rep["temperatures"] == fitted["temperatures"] and rep["scored"]["num_samples"] > 0
+    assert "fit" not in rep and rep["command"].endswith(f"--report {scored}")
+    (tmp_path / "bad.json").write_text('{"temperatures": [1.0]}')
+    assert calibrate_main(score[:5] + [str(tmp_path / "bad.json")] + score[6:]) == 2
+    assert "expected 'temperatures', 4 numbers > 0" in capsys.readouterr().err
     argv = ["--checkpoint", str(exported), "--target", target, "--prompt", "Hi", "--json"]
     assert generate_main(argv + ["--max-new-tokens", "4"]) == 0
     assert len(json.loads(capsys.readouterr().out.splitlines()[-1])["token_ids"]) <= 4
