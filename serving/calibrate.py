@@ -33,16 +33,15 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from draft_models.config_io import load_dataclass
 from draft_models.sts import fit_sts, read_temperatures, score_sts
 from splitserve import checkpoint
 from splitserve.data import (
     Conversation,
-    DataConfig,
     load_prompts,
     prompt_key,
     prompt_turns,
     read_jsonl_chat,
+    saved_data_config,
 )
 from splitserve.target.chat import prompt_ids
 
@@ -59,9 +58,7 @@ def first_user_turns(convs: list[Conversation]) -> list[list[str]]:
 
 def held_out_prompts(ckpt: Path, limit: int | None) -> list[list[str]]:
     """The prompts the run held out of every source (its `data` config, saved in the checkpoint)."""
-    section = checkpoint.read_run_section(ckpt, "data")
-    section.setdefault("hold_out", "rows")  # a run saved before the field held out rows
-    data = load_dataclass(DataConfig, section, "data")
+    data = saved_data_config(checkpoint.read_run_section(ckpt, "data"))
     split = load_prompts(data)
     held = split.eval[:limit]
     trained = {prompt_key(c) for c in split.train}

@@ -15,7 +15,7 @@ from omegaconf import OmegaConf, open_dict
 from draft_models import DraftConfig, load_draft_config
 from draft_models.config_io import load_dataclass
 
-from .data import HOLD_OUT, SOURCE_KINDS, DataConfig
+from .data import DataConfig, check_data_config
 from .target.backends import backend_names
 from .target.config import TARGET_KINDS, TargetConfig
 
@@ -113,13 +113,7 @@ class RunConfig:
             )
         if not self.target.sampling:
             raise bad("target.sampling", [], "a non-empty list of {temperature, top_p}")
-        for s in self.data.sources:
-            if s.kind not in SOURCE_KINDS:
-                raise bad("data.sources[].kind", s.kind, ", ".join(SOURCE_KINDS))
-        if self.data.hold_out not in HOLD_OUT:
-            raise bad("data.hold_out", self.data.hold_out, ", ".join(HOLD_OUT))
-        if self.data.eval_prompts < 0:
-            raise bad("data.eval_prompts", self.data.eval_prompts, "an integer >= 0")
+        check_data_config(self.data)
         if self.data.max_length < self.draft.block_size + 2:
             raise bad(
                 "data.max_length",

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import torch
 
+from draft_models.config_io import load_dataclass
+
 SOURCE_KINDS = ("gsm8k", "sharegpt", "jsonl_chat", "hf_dataset")
 HOLD_OUT = ("prompts", "rows")  # data.hold_out: see load_prompts
 
@@ -334,13 +336,33 @@ def prompt_key(conversation: Conversation) -> str:
     return json.dumps(prompt_turns(conversation), ensure_ascii=False)
 
 
+def check_data_config(cfg: DataConfig) -> None:
+    """The data section's values, named when invalid: one place for the run config's check and
+    for load_prompts on a config built otherwise (e.g. read back from a checkpoint)."""
+
+    def bad(name, value, allowed):
+        return ValueError(f"data.{name}={value!r} is invalid; allowed: {allowed}")
+
+    for s in cfg.sources:
+        if s.kind not in SOURCE_KINDS:
+            raise bad("sources[].kind", s.kind, ", ".join(SOURCE_KINDS))
+    if cfg.hold_out not in HOLD_OUT:
+        raise bad("hold_out", cfg.hold_out, ", ".join(HOLD_OUT))
+    if cfg.eval_prompts < 0:
+        raise bad("eval_prompts", cfg.eval_prompts, "an integer >= 0")
+
+
+def saved_data_config(section: dict) -> DataConfig:
+    """A checkpoint's saved `data` section as a DataConfig: a run saved before data.hold_out
+    existed held out rows."""
+    return load_dataclass(DataConfig, {"hold_out": "rows", **section}, "data")
+
+
 def held_tail(convs: list[Conversation], n: int, by: str) -> list[Conversation]:
     """The held-out conversations of one source: `rows`, its last n rows; `prompts`, the last
     row of each of its last n distinct prompts."""
     if by == "rows":
         return convs[len(convs) - n :]
-    if by != "prompts":
-        raise ValueError(f"data.hold_out={by!r} is invalid; allowed: {', '.join(HOLD_OUT)}")
     held: dict[str, Conversation] = {}
     for conv in reversed(convs):
         if len(held) == n:
@@ -356,8 +378,7 @@ def load_prompts(cfg: DataConfig) -> PromptSplit:
     settings holds a prompt on several rows, and a source may repeat a prompt's text), so a
     source may train on fewer rows than its `limit`. `rows`, the rule before 2026-12-04: the
     last `eval_prompts` rows of each source, whose prompts other rows may hold."""
-    if cfg.eval_prompts < 0:
-        raise ValueError(f"data.eval_prompts={cfg.eval_prompts} is invalid; allowed: >= 0")
+    check_data_config(cfg)
     sources = [(s, read_source(s, extra=cfg.eval_prompts)) for s in cfg.sources]
     tails = [held_tail(convs, cfg.eval_prompts, cfg.hold_out) for _, convs in sources]
     held_keys = {prompt_key(c) for tail in tails for c in tail}

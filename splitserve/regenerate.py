@@ -45,7 +45,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from .data import PromptStream, load_prompts, prompt_turns
+from .data import PromptStream, load_prompts, prompt_key, prompt_turns
 from .target.chat import prompt_ids
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
@@ -120,14 +120,14 @@ def check_extends(stream, path: Path, start: int) -> None:
             where = f"--extends {path}:{lineno}"
             try:
                 row = json.loads(line)
-                g, prompt = row["g"], row["messages"][:-1]
+                g, prompt = row["g"], prompt_key(row["messages"])
             except (json.JSONDecodeError, KeyError, TypeError):
                 raise ValueError(
                     f"{where}: not a regenerated sample (a JSON object with g and messages)"
                 ) from None
             if not isinstance(g, int) or not 0 <= g < start:
                 raise ValueError(f"{where}: sample g={g!r} is not in 0..{start - 1} (--start)")
-            if prompt != prompt_turns(stream[g]):
+            if prompt != prompt_key(stream[g]):
                 raise ValueError(
                     f"{where}: sample g={g} has another prompt than this stream's: the file was "
                     "written with other overrides, another source or another data.hold_out (the "

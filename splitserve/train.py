@@ -25,7 +25,7 @@ from draft_models import DraftConfig
 
 from . import checkpoint as ckpt
 from .config import RunConfig, load_run_config
-from .data import load_prompts
+from .data import load_prompts, saved_data_config
 from .target.backends import backend_class
 from .target.models import check_tokenizer, load_target_spec, prepare_target_dir
 from .topology import Topology
@@ -102,7 +102,7 @@ def _check_resume_data(ckpt_dir: Path, data, split) -> None:
     """A resumed run keeps its held-out split: under another data.hold_out (a run saved before
     the field existed held out rows) the rows it trains on, and so its prompt stream, may differ
     from its first step on. Refused only when they do (`split`: this run's load_prompts)."""
-    saved = ckpt.read_run_section(ckpt_dir, "data").get("hold_out", "rows")
+    saved = saved_data_config(ckpt.read_run_section(ckpt_dir, "data")).hold_out
     if saved == data.hold_out:
         return
     then = load_prompts(dataclasses.replace(data, hold_out=saved))

@@ -205,5 +205,7 @@ def test_a_held_out_prompt_leaves_training_on_every_row(tmp_path):
     assert ("p3", "a") in prompts(two.eval)
     with pytest.raises(ValueError, match="data.eval_prompts=-1 is invalid"):
         load_prompts(DataConfig(sources=[src], eval_prompts=-1))
+    with pytest.raises(ValueError, match=r"data.sources\[\].kind='csv' is invalid; allowed: gsm8k"):
+        load_prompts(DataConfig(sources=[SourceConfig(kind="csv")]))  # checked before any read
     with pytest.raises(ValueError, match=r"data.hold_out='row' is invalid; allowed: prompts, rows"):
         load_prompts(DataConfig(sources=[src], eval_prompts=2, hold_out="row"))
