@@ -1,8 +1,8 @@
 """Summarise a Hydra multirun of `splitserve.train` (plus `serving.evaluate` on each job's final
 checkpoint) as a Markdown table and a PNG.
 
-    python -m serving.ablation_report SWEEP_DIR [SWEEP_DIR ...] --out docs/ablations/NAME \
-        [--temperature 0]
+    python -m serving.ablation_report SWEEP_DIR [SWEEP_DIR ...] --out DIR/NAME \
+        [--temperature 0] [--json FILE]
 
 Each job directory (Hydra's SWEEP_DIR/N) must hold `.hydra/overrides.yaml` and a complete
 checkpoint; its newest evaluation at the temperature is read from RUN/eval/step-N-t<T>/<bench>.json.
@@ -10,9 +10,10 @@ Columns: the overrides that differ between jobs, the evaluated checkpoint, draft
 count, draft step latency, the simulated tau of training's last evaluation up to that step, tau
 per benchmark, and each job's tau minus the first job's with a 95 % paired-bootstrap interval
 over items (where the reports carry `per_item`). A job without an evaluation is listed with empty
-tau cells, never dropped. Results copied without their weights (no complete checkpoint, but
-evaluations) are reported too, with the parameter count their summary.json recorded (runs
-trained since the change that added it, after docs/ablations' pass 16; none for older ones).
+tau cells and a warning naming the command that evaluates it, never dropped; a sweep with no
+evaluation at all is refused (there is no tau to report). Results copied without their weights
+(no complete checkpoint, but evaluations) are reported too, with the parameter count their
+summary.json recorded (none for runs older than that field).
 """
 
 from __future__ import annotations
@@ -21,10 +22,12 @@ import json
 import sys
 from pathlib import Path
 
+from draft_models.config_io import read_json
 from splitserve import checkpoint
+from splitserve.run_metrics import metrics_records
 
 from . import cli
-from .intervals import item_parts, paired_bootstrap
+from .intervals import item_parts, macro_tau, paired_bootstrap
 
 # where a job ran, not what it trained
 BOOKKEEPING = (
@@ -36,11 +39,11 @@ BOOKKEEPING = (
 
 def _param_count(job: Path, checkpoints: list[Path]) -> int | None:
     """Draft parameters: from the last checkpoint's weight headers, or, for results copied
-    without weights, from the run's summary.json (runs trained after docs/ablations' pass 16)."""
+    without weights, from the run's summary.json."""
     if checkpoints:
         return checkpoint.param_count(checkpoints[-1] / "draft")
     summary = job / "summary.json"
-    return json.loads(summary.read_text()).get("draft_params") if summary.is_file() else None
+    return read_json(summary, "run summary").get("draft_params") if summary.is_file() else None
 
 
 def read_job(job: Path, temperature: float, ignore: tuple[str, ...] = ()) -> dict:
@@ -65,10 +68,11 @@ def read_job(job: Path, temperature: float, ignore: tuple[str, ...] = ()) -> dic
     evals, step = {}, checkpoints[-1].name if checkpoints else None
     if eval_dirs:
         step = eval_dirs[-1].name.rsplit("-t", 1)[0]
-        evals = {f.stem: json.loads(f.read_text()) for f in sorted(eval_dirs[-1].glob("*.json"))}
+        evals = {
+            f.stem: read_json(f, "evaluation report") for f in sorted(eval_dirs[-1].glob("*.json"))
+        }
     sim_tau = None
-    for line in checkpoint.metrics_lines(job):
-        record = json.loads(line)
+    for record in metrics_records(job):
         if record.get("eval_sim_tau") is not None and f"step-{record['step']:08d}" <= step:
             sim_tau = record["eval_sim_tau"]
     return {
@@ -148,18 +152,23 @@ def markdown(
     return "\n".join(lines) + "\n"
 
 
-def _difference(row: dict, base: dict, bench: str) -> str:
-    """tau(row) - tau(base) on one benchmark with its 95 % interval; empty when either lacks
-    per-item parts or they decoded other items."""
+def difference(row: dict, base: dict, bench: str) -> tuple[float, float, float] | None:
+    """tau(row) - tau(base) on one benchmark with its 95 % interval, rounded to 0.01; None when
+    either lacks per-item parts or they decoded other items."""
     a, b = (r["evals"].get(bench) for r in (row, base))
     parts = [p and item_parts(p) for p in (a, b)]
     if not all(parts):
-        return ""
+        return None
     ci = paired_bootstrap({bench: parts[0]}, {bench: parts[1]}, lambda x, y: x - y)
     if ci is None:
-        return ""
+        return None
     d, lo, hi = (round(x, 2) + 0.0 for x in (a["tau"] - b["tau"], *ci))  # + 0.0: no "-0.00"
-    return f"{d:+.2f} ({lo:+.2f}, {hi:+.2f})"
+    return d, lo, hi
+
+
+def _difference(row: dict, base: dict, bench: str) -> str:
+    found = difference(row, base, bench)
+    return "" if found is None else "{:+.2f} ({:+.2f}, {:+.2f})".format(*found)
 
 
 def plot(rows: list[dict], benches: list[str], path: Path, title: str) -> list[str]:
@@ -219,6 +228,7 @@ def build_parser():
         help="Hydra multirun directories (or single job directories)",
     )
     ap.add_argument("--out", required=True, type=Path, help="writes OUT.md and OUT.png")
+    ap.add_argument("--json", type=Path, help="also write the table as JSON here")
     ap.add_argument(
         "--temperature", type=cli.TEMPERATURE, default=0.0, help="which evaluation to report"
     )
@@ -234,6 +244,74 @@ def build_parser():
     return ap
 
 
+def records(rows: list[dict], benches: list[str], temperature: float) -> dict:
+    """The table as data (the study's results.json): per job its varied overrides, checkpoint,
+    parameters, simulated tau, tau and acceptance by position per bench, and the difference to
+    the first job with its 95 % interval."""
+    common = common_overrides(rows)
+    jobs = []
+    for r in rows:
+        evals = r["evals"]
+        jobs.append(
+            {
+                "job": Path(r["job"]).name,
+                "varied": [o for o in r["overrides"] if o not in common],
+                "checkpoint": r["step"],
+                "params": r["params"],
+                "sim_tau": r["sim_tau"],
+                "tau": {b: evals[b]["tau"] for b in benches if b in evals},
+                "acceptance_by_position": {
+                    b: evals[b].get("acceptance_by_position") for b in benches if b in evals
+                },
+                "vs_first": {
+                    b: None if r is rows[0] else _as_interval(difference(r, rows[0], b))
+                    for b in benches
+                },
+                **_macro(r, rows[0], benches),
+            }
+        )
+    return {"temperature": temperature, "common_overrides": common, "benches": benches,
+            "jobs": jobs}  # fmt: skip
+
+
+def _parts(row: dict, benches: list[str]) -> dict | None:
+    """bench -> per-item parts of every bench, or None when one lacks them."""
+    parts = {b: item_parts(row["evals"][b]) if b in row["evals"] else None for b in benches}
+    return parts if all(parts.values()) else None
+
+
+def _macro(row: dict, base: dict, benches: list[str]) -> dict:
+    """The macro tau (mean over benches) and its ratio to the first job's with a 95 % paired
+    interval: the equal-budget goal's figure. Empty without per-item parts on every bench."""
+    mine, first = _parts(row, benches), _parts(base, benches)
+    if mine is None:
+        return {}
+    out = {"macro_tau": macro_tau(mine)}
+    if first is not None and row is not base:
+        ci = paired_bootstrap(mine, first, lambda x, y: x / y)
+        if ci is not None:
+            out["macro_ratio_vs_first"] = {
+                "ratio": out["macro_tau"] / macro_tau(first),
+                "lo95": ci[0],
+                "hi95": ci[1],
+            }
+    return out
+
+
+def _as_interval(found: tuple[float, float, float] | None) -> dict | None:
+    return None if found is None else dict(zip(("diff", "lo95", "hi95"), found, strict=True))
+
+
+def unevaluated(rows: list[dict], temperature: float) -> list[str]:
+    """One line per job with no evaluation at `temperature`, naming the command that makes it."""
+    return [
+        f"{r['job']}: no evaluation at T={temperature:g}; make it with `python -m "
+        f"serving.evaluate --checkpoint {r['job']} --temperature {temperature:g}`"
+        for r in rows
+        if not r["evals"]
+    ]
+
+
 def main(argv=None) -> int:
     ap = build_parser()
     args = ap.parse_args(argv)
@@ -243,16 +321,27 @@ def main(argv=None) -> int:
     except (FileNotFoundError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    missing = unevaluated(rows, args.temperature)
+    if len(missing) == len(rows):
+        print("error: no job has been evaluated, so there is no tau to report:", file=sys.stderr)
+        print("\n".join(missing), file=sys.stderr)
+        return 2
+    for line in missing:
+        print(f"warning: {line}", file=sys.stderr)
     benches = sorted({b for r in rows for b in r["evals"]})
     args.out.parent.mkdir(parents=True, exist_ok=True)
     table = markdown(rows, benches, args.temperature, ignore)
-    args.out.with_suffix(".md").write_text(table)
+    Path(f"{args.out}.md").write_text(table)  # not with_suffix: OUT may be name-t0.7
     plot(
         rows,
         benches,
-        args.out.with_suffix(".png"),
+        Path(f"{args.out}.png"),
         f"{', '.join(s.name for s in args.sweeps)} (T={args.temperature:g})",
     )
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        data = records(rows, benches, args.temperature)
+        args.json.write_text(json.dumps(data, indent=1) + "\n")
     print(table)
     return 0
 

@@ -1,13 +1,19 @@
-"""serving.ablation_report on jobs kept in docs/ablations: pass 17's 3-layer baseline and pass
-24's 5-layer ablation, trained on one file that each run found under its own work directory."""
+"""serving.ablation_report on two real jobs' results (tests/data/ablation_jobs: a 3-layer DSpark
+baseline and a 5-layer ablation at 30,000 samples on one H200, copied without weights; their
+metrics keep the evaluation lines only), trained on one file each run found under its own work
+directory."""
 
+import json
+import shutil
 from pathlib import Path
+
+import pytest
 
 from serving.ablation_report import main as report_main
 
-ABL = Path(__file__).resolve().parents[1] / "docs" / "ablations"
-BASE = ABL / "tau_h200_pass17" / "runs" / "dspark"
-LAYERS5 = ABL / "tau_h200_pass24" / "stage1_30k" / "ablate" / "layers5"
+JOBS = Path(__file__).resolve().parent / "data" / "ablation_jobs"
+BASE = JOBS / "runs" / "dspark"
+LAYERS5 = JOBS / "ablate" / "layers5"
 
 
 def _rows(table: str) -> dict[str, list[str]]:
@@ -35,3 +41,58 @@ def test_ignored_overrides_leave_the_varied_axis_alone_and_are_named(tmp_path):
     # the rest of the table is the same: taus and the paired difference on the same items
     assert rows["ablate/layers5"][6:8] == plain["ablate/layers5"][6:8] == ["2.31", "1.71"]
     assert rows["ablate/layers5"][8].startswith("+0.07 (")
+
+
+def test_json_holds_the_table_as_data(tmp_path):
+    out, data_file = tmp_path / "layers", tmp_path / "layers.json"
+    argv = [str(BASE), str(LAYERS5), "--ignore-override", "data.sources=", "--out", str(out)]
+    assert report_main([*argv, "--json", str(data_file)]) == 0
+    data = json.loads(data_file.read_text())
+    assert data["benches"] == ["gsm8k", "mtbench"] and data["temperature"] == 0.0
+    base, abl = data["jobs"]
+    assert (base["job"], abl["job"]) == ("dspark", "layers5")
+    assert abl["varied"] == ["draft.num_layers=5"] and base["varied"] == []
+    assert round(abl["tau"]["gsm8k"], 2) == 2.31 and round(abl["tau"]["mtbench"], 2) == 1.71
+    assert base["vs_first"] == {"gsm8k": None, "mtbench": None}
+    diff = abl["vs_first"]["gsm8k"]
+    assert diff["diff"] == 0.07 and diff["lo95"] <= diff["diff"] <= diff["hi95"]
+    assert len(abl["acceptance_by_position"]["gsm8k"]) == 7  # block 7: one rate a position
+    assert abl["sim_tau"] is not None and base["checkpoint"] == "step-00001875"
+    # the macro tau is the mean of the benches' taus; its ratio to the first job's has an interval
+    assert abl["macro_tau"] == pytest.approx((abl["tau"]["gsm8k"] + abl["tau"]["mtbench"]) / 2)
+    ratio = abl["macro_ratio_vs_first"]
+    assert ratio["ratio"] == pytest.approx(abl["macro_tau"] / base["macro_tau"])
+    assert ratio["lo95"] < ratio["ratio"] < ratio["hi95"]
+    assert "macro_ratio_vs_first" not in base
+
+
+CHECKPOINT = Path(__file__).resolve().parent / "data" / "checkpoint_f97d512" / "step-00000001"
+
+
+def _unevaluated_copy(tmp_path, job: Path) -> Path:
+    """The job trained (a real small checkpoint stands for its weights) and never evaluated."""
+    copy = tmp_path / job.name
+    shutil.copytree(job, copy)
+    shutil.rmtree(copy / "eval")
+    shutil.copytree(CHECKPOINT, copy / "checkpoints" / CHECKPOINT.name)
+    return copy
+
+
+def test_a_sweep_never_evaluated_is_refused_with_the_command(tmp_path, capsys):
+    jobs = [_unevaluated_copy(tmp_path, j) for j in (BASE, LAYERS5)]
+    out = tmp_path / "report" / "layers"
+    assert report_main([*map(str, jobs), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "no job has been evaluated" in err
+    assert f"python -m serving.evaluate --checkpoint {jobs[0]} --temperature 0" in err
+    assert not out.with_suffix(".png").exists() and not out.with_suffix(".md").exists()
+
+
+def test_a_job_without_evaluation_is_listed_and_named(tmp_path, capsys):
+    job = _unevaluated_copy(tmp_path, LAYERS5)
+    out = tmp_path / "layers"
+    assert report_main([str(BASE), str(job), "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert f"warning: {job}: no evaluation at T=0" in err
+    row = _rows(out.with_suffix(".md").read_text())[f"{tmp_path.name}/layers5"]
+    assert row[6:8] == ["", ""]  # listed, its tau cells empty

@@ -1,0 +1,222 @@
+"""splitserve.study: every experiment composes, the plan follows the files, and a real study runs
+end to end on CPU (the embedded SmolLM2 target), resumes where it stopped and writes its table
+into results.json."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+from draft_models.config_io import load_dataclass
+from splitserve.study import Study, StudyConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+CONF = ROOT / "conf"
+EXPERIMENTS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))
+
+
+def study_config(overrides: list[str]) -> StudyConfig:
+    with initialize_config_dir(str(CONF), version_base="1.3"):
+        cfg = load_dataclass(StudyConfig, compose("study", overrides=overrides), "study")
+    cfg.validate()
+    return cfg
+
+
+@pytest.mark.parametrize("name", EXPERIMENTS)
+def test_every_experiment_composes_and_validates(name):
+    cfg = study_config([f"+experiment={name}"])
+    assert cfg.results_dir == f"docs/results/{cfg.name}"
+    assert cfg.work_dir == f"studies/{cfg.name}/{cfg.samples}"
+    plan = Study(cfg).plan()
+    trains = [s.name for s in plan if s.name.startswith("train")]
+    assert trains == [f"train {j}" for j in cfg.jobs]
+    assert all(len(o.split("=", 1)) == 2 for j in cfg.jobs.values() for o in j)
+
+
+def test_the_ablation_axes_share_one_file_and_one_baseline():
+    axes = [study_config([f"+experiment={n}"]) for n in EXPERIMENTS if n.startswith("ablation_")]
+    assert len(axes) == 4
+    assert {c.work_dir for c in axes} == {"studies/ablations_h200/110000"}
+    assert {c.table for c in axes} == {"layers", "rope", "attention", "block"}
+    assert all(next(iter(c.jobs.items())) == ("dspark", []) for c in axes)
+
+
+def _tiny(tmp_path, **extra) -> StudyConfig:
+    overrides = [
+        "name=t",
+        "table=axis",
+        f"work_dir={tmp_path / 'work'}",
+        f"results_dir={tmp_path / 'results'}",
+        "samples=100",
+        "micro_batch=10",
+        "regen_part=30",
+        "eval_prompts=2",
+        "jobs={a:[],b:['draft.num_layers=1']}",
+        "evaluate.temperatures=[1.0,0.0]",
+    ]
+    return study_config(overrides + [f"{k}={v}" for k, v in extra.items()])
+
+
+def test_the_plan_covers_every_sample_and_reads_its_state_from_the_files(tmp_path):
+    study = Study(_tiny(tmp_path))
+    parts = study.regen_parts()
+    assert study.regen_samples() == round(102 * 1.12)
+    assert [(s, e) for s, e, _ in parts] == [(0, 30), (30, 60), (60, 90), (90, 114)]
+    names = [s.name for s in study.plan()]
+    assert names[4:] == [
+        "train a", "train b",
+        "evaluate a T=1", "evaluate b T=1", "evaluate a T=0", "evaluate b T=0",
+        "report T=1", "report T=0",
+    ]  # fmt: skip
+    assert not any(s.done for s in study.plan())
+
+    for s, _, path in parts[:2]:  # two parts complete; a third was cut short (.partial)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"g": s}) + "\n")
+    parts[2][2].with_name(parts[2][2].name + ".partial").write_text("{}\n")
+    assert [s.done for s in study.plan()[:4]] == [True, True, False, False]
+
+    run = study.run_dir("a")
+    run.mkdir(parents=True)
+    (run / "summary.json").write_text(json.dumps({"steps": 9}))  # an earlier, shorter budget
+    assert not study.train_stage("a").done
+    (run / "summary.json").write_text(json.dumps({"steps": 10}))
+    assert study.train_stage("a").done and not study.train_stage("b").done
+
+    out = study.eval_dir("a", 0.0)
+    assert out == run / "eval" / "step-00000010-t0"
+    out.mkdir(parents=True)
+    command = shlex.join(["python", *study.eval_argv("a", 0.0)[1:]])  # as evaluate records it
+    (out / "gsm8k.json").write_text(json.dumps({"command": command}))
+    assert not study.eval_stage("a", 0.0).done  # mtbench missing
+    (out / "mtbench.json").write_text(json.dumps({"command": command.replace("40", "20")}))
+    assert not study.eval_stage("a", 0.0).done  # made with another --limit: not this study's
+    (out / "mtbench.json").write_text(json.dumps({"command": command}))
+    assert study.eval_stage("a", 0.0).done and not study.eval_stage("a", 1.0).done
+
+    train = study.train_stage("b").argv
+    assert train[train.index("splitserve.train") + 1 :][-2:] == [
+        "draft.num_layers=1",
+        f"hydra.run.dir={study.run_dir('b')}",
+    ]
+    assert "train.steps=10" in train and f"path:{study.regen_file}" in " ".join(train)
+    assert "split.trainer_procs=1" in train  # a step is micro_batch samples: the budget holds
+
+
+def test_regenerated_data_made_otherwise_is_refused(tmp_path):
+    study = Study(_tiny(tmp_path))
+    for s, e, path in study.regen_parts():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("".join(json.dumps({"g": g}) + "\n" for g in range(s, e)))
+    study.merge_regen()
+    study.check_regen()  # the same settings: fine
+    other = Study(_tiny(tmp_path, samples=200))
+    with pytest.raises(ValueError, match="holds data regenerated with"):
+        other.check_regen()
+    assert Study(_tiny(tmp_path)).table_key() == "axis_100" and other.table_key() == "axis_200"
+
+
+def test_merge_keeps_sample_order(tmp_path):
+    study = Study(_tiny(tmp_path))
+    for s, e, path in study.regen_parts():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("".join(json.dumps({"g": g}) + "\n" for g in range(s, e)))
+    study.merge_regen()
+    rows = [json.loads(x)["g"] for x in study.regen_file.read_text().splitlines()]
+    assert rows == list(range(study.regen_samples()))
+    assert not study.regen_file.with_name("regen.jsonl.partial").exists()
+
+
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("samples", 5, "less than one step's micro_batch"),
+        ("jobs", {"a b": []}, "letters, digits"),
+        ("jobs", {}, "names at least one job"),
+        ("regen_margin", 0.5, "regen_margin=0.5 must be >= 1"),
+        ("jobs", {"a": ["train.steps=5"]}, "the study sets it for every job"),
+        ("common", ["split.trainer_procs=2"], "set study samples / micro_batch instead"),
+    ],
+)
+def test_bad_settings_are_named(tmp_path, field, value, message):
+    cfg = _tiny(tmp_path)
+    setattr(cfg, field, value)
+    with pytest.raises(ValueError, match=message):
+        cfg.validate()
+
+
+def test_an_empty_bench_list_is_named(tmp_path):
+    with pytest.raises(ValueError, match="evaluate.benches and evaluate.temperatures"):
+        _tiny(tmp_path, **{"evaluate.benches": "[]"})
+
+
+def test_no_experiment_is_refused_by_name(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "splitserve.study", f"work_dir={tmp_path}"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    assert proc.returncode == 2
+    assert "study name is empty: choose an experiment (+experiment=NAME)" in proc.stderr
+
+
+def _study(tmp_path, *extra: str) -> subprocess.CompletedProcess:
+    argv = [
+        sys.executable, "-m", "splitserve.study",
+        "name=t", "table=axis", "recipe=smol",
+        f"work_dir={tmp_path / 'work'}", f"results_dir={tmp_path / 'results'}",
+        "samples=4", "micro_batch=2", "eval_prompts=1", "regen_part=10",
+        "common=['log.wandb_mode=disabled','log.progress=false','target.max_new_tokens=6',"
+        "'train.num_anchors=8','train.decode_eval_prompts=0','data.max_length=96']",
+        "jobs={base:[],one:['draft.num_layers=1']}",
+        "evaluate.benches=[gsm8k]", "evaluate.limit=1", "evaluate.max_new_tokens=6",
+        "evaluate.batch=1", *extra,
+    ]  # fmt: skip
+    return subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, timeout=1200)
+
+
+@pytest.mark.slow
+def test_a_study_runs_end_to_end_and_resumes(tmp_path):
+    proc = _study(tmp_path)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "0 of 6 stages done" in proc.stdout
+    results = json.loads((tmp_path / "results" / "results.json").read_text())
+    table = results["tables"]["axis_4"]
+    assert table["budget_samples"] == 4 and table["recipe"] == "smol"
+    assert len(table["data_sha256"]) == 64
+    jobs = table["by_temperature"]["0"]["jobs"]
+    assert [j["job"] for j in jobs] == ["base", "one"]
+    assert jobs[1]["varied"] == ["draft.num_layers=1"]
+    assert all(j["tau"]["gsm8k"] >= 1.0 for j in jobs)  # a real decode: at least the bonus token
+    assert (tmp_path / "results" / "axis_4-t0.png").is_file()
+
+    # one evaluation lost: the rerun runs only it and the report, and keeps other tables
+    results["tables"]["other"] = {"kept": True}
+    (tmp_path / "results" / "results.json").write_text(json.dumps(results))
+    shutil.rmtree(tmp_path / "work" / "runs" / "one" / "eval")
+    proc = _study(tmp_path)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "4 of 6 stages done" in proc.stdout
+    ran = [line for line in proc.stdout.splitlines() if line.startswith("[") and "done in" in line]
+    assert [r.split("] ")[1].split(":")[0] for r in ran] == ["evaluate one T=0", "report T=0"]
+    again = json.loads((tmp_path / "results" / "results.json").read_text())
+    assert again["tables"]["other"] == {"kept": True}
+    assert again["tables"]["axis_4"]["by_temperature"]["0"]["jobs"][1]["job"] == "one"
+
+
+@pytest.mark.slow
+def test_a_failed_stage_stops_the_study_and_says_how_to_continue(tmp_path):
+    proc = _study(tmp_path, "regen_extra=['target.generate_batch=0']")
+    assert proc.returncode == 2  # the stage's own exit code
+    assert "target.generate_batch=0 is invalid" in proc.stderr
+    assert "error: regenerate 0..5 failed (exit 2)" in proc.stderr
+    assert "it continues from this stage" in proc.stderr
+    assert not (tmp_path / "results" / "results.json").exists()
