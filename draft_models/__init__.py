@@ -6,6 +6,7 @@ from . import archs  # noqa: E402,F401
 from .archs.dspark import DSparkDraft, DSparkProposer  # noqa: E402  (importing archs registers them)
 from .archs.eagle3 import Eagle3Draft, Eagle3Proposer  # noqa: E402
 from .config import DraftConfig, LossConfig, TargetSpec, dflash_layer_ids, load_draft_config
+from .families import TargetFamily, family, register_family
 from .heads import ConfidenceHead, FrozenTargetHead, GatedMarkovHead, MarkovHead, RNNHead
 from .losses import LossResult, distillation_loss, draft_loss
 from .models import DraftModel, DraftOutput, build_draft
@@ -40,12 +41,14 @@ __all__ = [
     "GatedMarkovHead",
     "SequenceSample",
     "StsResult",
+    "TargetFamily",
     "TargetSpec",
     "arch_names",
     "build_draft",
     "dflash_layer_ids",
     "distillation_loss",
     "draft_loss",
+    "family",
     "fit_sts",
     "score_sts",
     "get_arch",
@@ -55,6 +58,7 @@ __all__ = [
     "pack_sequences",
     "pick",
     "register_arch",
+    "register_family",
     "sample_anchors",
     "unregister_arch",
 ]

@@ -13,19 +13,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .config_io import load_dataclass
-from .registry import get_arch
+from .families import family
+from .registry import arch_names, get_arch
 
 ROPES = ("full", "partial", "interleaved", "none")
 ATTENTIONS = ("qwen3", "ling3_mla")
 SEQUENTIAL_HEADS = ("markov", "gated", "rnn", "none")
 DIVERGENCES = ("tv", "forward_kl")
 LOSS_KERNELS = ("auto", "torch", "triton")  # draft_models/loss_kernels.py
-
-
-# Target model types whose SGLang 0.5.23 class captures DSpark states after layer i itself
-# (BailingMoeV3ForCausalLM.set_dspark_layers_to_capture, the final layer through its final norm);
-# other classes capture "before layer i + 1", which never happens for the last layer.
-FINAL_LAYER_CAPTURE_TYPES = ("bailing_hybrid", "bailing_moe_v3")
 
 
 def bad_value(field_name: str, value: Any, allowed: str) -> ValueError:
@@ -96,19 +91,14 @@ class TargetSpec:
 
     @property
     def max_capture_id(self) -> int:
-        """The deepest layer whose output SGLang 0.5.23 can capture for DSpark on this target."""
-        last = self.num_layers - 1
-        return last if self.model_type in FINAL_LAYER_CAPTURE_TYPES else last - 1
+        """The deepest layer whose output SGLang 0.5.23 can capture for DSpark on this target
+        (its family's rule, draft_models.families)."""
+        return family(self.model_type).max_capture_id(self.num_layers)
 
     @property
     def capture_rule(self) -> str:
         """Why `max_capture_id` is what it is, for error messages."""
-        if self.model_type in FINAL_LAYER_CAPTURE_TYPES:
-            return f"SGLang's {self.model_type} model captures after each layer, the last included."
-        return (
-            f"SGLang captures a {self.model_type} layer's output when the next layer starts, so "
-            f"the last layer ({self.num_layers - 1}) is never captured."
-        )
+        return family(self.model_type).capture_rule(self.num_layers)
 
     @property
     def default_mask_token_id(self) -> int:
@@ -178,6 +168,8 @@ class DraftConfig:
     sequential_head: str = "markov"
     markov_rank: int = 256
     confidence_head: bool = True
+    # None: a training run takes the target tokenizer's reserved special token
+    # (splitserve.target.models.resolve_draft); resolve() alone, the target's pad token
     mask_token_id: int | None = None
     loss: LossConfig = field(default_factory=LossConfig)
 
@@ -258,6 +250,9 @@ class DraftConfig:
                 raise bad_value(name, getattr(self, name), ", ".join(allowed))
         if self.block_size < 2:
             raise bad_value("block_size", self.block_size, "an integer >= 2 (gamma)")
+        if self.mask_token_id is not None and self.mask_token_id < 0:
+            allowed = "null (the target tokenizer's reserved token) or an id >= 0"
+            raise bad_value("mask_token_id", self.mask_token_id, allowed)
         if self.num_layers < 1:
             raise bad_value("num_layers", self.num_layers, "an integer >= 1")
         if not 0.0 < self.partial_rotary_factor <= 1.0:
@@ -336,8 +331,6 @@ def store_hydra_defaults(conf_dir: str | None = None) -> None:
     from pathlib import Path
 
     from hydra.core.config_store import ConfigStore
-
-    from .registry import arch_names
 
     files = {p.stem for p in (Path(conf_dir) / "draft").glob("*.yaml")} if conf_dir else set()
     store = ConfigStore.instance()

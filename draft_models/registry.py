@@ -10,10 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from .config import DraftConfig, TargetSpec
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -43,8 +40,10 @@ class DraftArch:
     loss: Callable[..., Any]
     defaults: Mapping[str, Any] = field(default_factory=dict)
     samples_from_anchor: bool = True
-    check: Callable[[DraftConfig], None] | None = None
-    export: Callable[[DraftConfig, TargetSpec], dict] | None = None
+    # (DraftConfig) and (DraftConfig, TargetSpec): typed Any, since draft_models.config imports
+    # this table (defaults, check, samples_from_anchor) and the dependency runs one way.
+    check: Callable[[Any], None] | None = None
+    export: Callable[[Any, Any], dict] | None = None
     not_servable: str = ""
 
 

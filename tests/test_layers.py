@@ -6,7 +6,8 @@
     splitserve (the trainer), serving     3   siblings: neither imports the other
 
 The test reads every module's source (ast), including imports inside functions, and fails on an
-edge to the same or a higher layer between different components, naming both modules.
+edge to the same or a higher layer between different components, naming both modules; and on any
+import cycle between project modules (within a component too), naming the modules around it.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ LAYERS = [
     ("recipes", "recipes", 0),
     ("splitserve.data", "data", 1),
     ("splitserve.checkpoint", "checkpoint", 1),
+    ("splitserve.run_metrics", "run_metrics", 1),
     ("splitserve.target", "target", 2),
     ("splitserve", "trainer", 3),
     ("serving", "serving", 3),
@@ -101,6 +103,54 @@ def bad_edges(edges: dict[str, set[str]], layers=LAYERS) -> list[str]:
     return out
 
 
+def cycles(edges: dict[str, set[str]]) -> list[str]:
+    """'a -> b -> ... -> a' for each group of modules that import each other round (a strongly
+    connected component, Tarjan's algorithm): its shortest cycle through its first module."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    groups: list[set[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(edges.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = {stack.pop()}
+            while v not in group:
+                group.add(stack.pop())
+            if len(group) > 1:  # `imports` leaves out a module's import of itself
+                groups.append(group)
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    out = []
+    for group in groups:
+        start = min(group)
+        parent, frontier, end = {start: start}, [start], None
+        while end is None:  # breadth first, so the first way back to start is a shortest one
+            nxt = []
+            for v in frontier:
+                if start in edges[v]:
+                    end = v
+                    break
+                for w in sorted(edges[v] & group - parent.keys()):
+                    parent[w] = v
+                    nxt.append(w)
+            frontier = nxt
+        path = [end]
+        while path[-1] != start:
+            path.append(parent[path[-1]])
+        out.append(" -> ".join([*reversed(path), start]))
+    return sorted(out)
+
+
 def test_every_import_points_down():
     edges = graph()
     assert sum(len(d) for d in edges.values()) > 50  # the walk sees the real graph
@@ -121,4 +171,25 @@ def test_the_check_catches_upward_sideways_and_function_level_imports(tmp_path):
     assert found == [
         "draft_models.low -> serving.high (upward: draft_models L0 -> serving L3)",
         "serving.high -> splitserve.trainer_part (sideways: serving L3 -> trainer L3)",
+    ]
+
+
+def test_no_import_cycles():
+    assert cycles(graph()) == []
+
+
+def test_the_cycle_check_names_cycles_of_any_length_and_function_level_imports(tmp_path):
+    for package in PACKAGES:
+        (tmp_path / package).mkdir()
+        (tmp_path / package / "__init__.py").write_text("")
+    dm = tmp_path / "draft_models"
+    (dm / "a.py").write_text("from . import b\n")
+    (dm / "b.py").write_text("def f():\n    from .c import thing\n")
+    (dm / "c.py").write_text("import draft_models.a\nfrom . import d\n")
+    (dm / "d.py").write_text("")  # imported, imports nothing: in no cycle
+    (tmp_path / "serving" / "x.py").write_text("from serving import y\n")
+    (tmp_path / "serving" / "y.py").write_text("def g():\n    import serving.x\n")
+    assert cycles(graph(tmp_path)) == [
+        "draft_models.a -> draft_models.b -> draft_models.c -> draft_models.a",
+        "serving.x -> serving.y -> serving.x",
     ]

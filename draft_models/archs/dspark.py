@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from ..config import DraftConfig, TargetSpec
+from ..families import family
 from ..heads import SEQUENTIAL_HEAD_CLASSES, ConfidenceHead, FrozenTargetHead
 from ..layers import InjectedDecoderLayer
 from ..losses import draft_loss
@@ -278,8 +279,6 @@ class DSparkProposer:
 
 # ----- export to SGLang 0.5.23 (`--speculative-algorithm DSPARK`) -----
 
-LING_TYPES = ("bailing_hybrid", "bailing_moe", "bailing_moe_v2", "bailing_moe_v3")
-
 
 def rope_fields(cfg: DraftConfig) -> dict:
     """How SGLang's draft attention (DFlashAttention) is told the RoPE we trained: it reads the
@@ -315,7 +314,7 @@ def sglang_config(cfg: DraftConfig, target: TargetSpec) -> dict:
             "confidence_head=false: SGLang builds the confidence head unless ragged verify is "
             "static, and then needs its weights"
         )
-    arch = "LingDSparkModel" if target.model_type in LING_TYPES else "Qwen3DSparkModel"
+    arch = family(target.model_type).dspark_class  # LingDSparkModel for Ling targets
     layer_type = "sliding_attention" if cfg.sliding_window else "full_attention"
     out = {
         "architectures": [arch],

@@ -41,10 +41,14 @@ class TargetBackend:
     (which prompt, which sampling setting, how many new tokens, which tokens carry loss).
 
     `target_share`: the share of a GPU node's GPUs its targets get when the split leaves the
-    counts unset, from measured rates (docs/bench/splits.md); None: every GPU but one trainer's
-    (a backend far slower than one trainer)."""
+    counts unset, from measured rates (docs/results/splits); None: every GPU but one trainer's
+    (a backend far slower than one trainer).
+
+    `tensor_parallel`: one target worker's model spans `target.tp_size` GPUs (its engine shards
+    the target), so the worker is given that many; False: one GPU, `tp_size` unused."""
 
     target_share: float | None = None
+    tensor_parallel = False
     # True: a sample is the same whatever else is produced with it (its noise is its own), so a
     # worker may hand the backend any set of samples, e.g. only those still needed after a resume
     batch_invariant = False

@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 
 from draft_models import SequenceSample
-from draft_models.config import FINAL_LAYER_CAPTURE_TYPES
+from draft_models.families import family, final_capture_types
 
 from ...data import Conversation
 from ..config import TargetConfig, regeneration_seed, resolve_dtype
@@ -96,6 +96,8 @@ def sampling_params(temperature: float, top_p: float, max_new_tokens: int, seed:
 class SGLangTarget(TargetBackend):
     """Regenerate with SGLang, then one prefill with aux capture over prompt + response."""
 
+    tensor_parallel = True  # one engine spans target.tp_size GPUs
+
     def __init__(self, setup: TargetSetup) -> None:
         super().__init__(setup)
         if not self.cfg.regenerate:  # produce always regenerates: refuse rather than ignore it
@@ -103,10 +105,10 @@ class SGLangTarget(TargetBackend):
                 "target.backend=sglang regenerates every answer; target.regenerate=false "
                 "(teacher forcing on the dataset's answers) runs on target.backend=hf or static"
             )
-        if self.spec.model_type not in FINAL_LAYER_CAPTURE_TYPES:
+        if not family(self.spec.model_type).captures_final_layer:
             raise ValueError(
                 f"target.backend=sglang needs a target whose SGLang model captures its last layer "
-                f"(model types {', '.join(FINAL_LAYER_CAPTURE_TYPES)}: Ling targets); "
+                f"(model types {', '.join(final_capture_types())}: Ling targets); "
                 f"{self.spec.model_type} does not, so its final hidden state cannot be obtained. "
                 "Use target.backend=hf"
             )

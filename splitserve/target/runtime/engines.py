@@ -26,11 +26,13 @@ import contextlib
 import torch
 from transformers import DynamicCache
 
+from draft_models.families import static_types
+
 from ..capture import capture_states
 from ..linear_state import LinearStateStager, crop_cache, has_linear_layers
 from ..models import cache_kwarg
 from .graphs import GraphedStep, compiled
-from .static_llama import SUPPORTED, StaticLlama, unsupported_reason
+from .static_llama import StaticLlama, unsupported_reason
 
 RUNTIMES = ("auto", "eager", "static")
 
@@ -188,7 +190,7 @@ def static_refusal(model) -> str | None:
     """Why the static runtime cannot run `model` ("runs ...; this one ..."), or None."""
     why = unsupported_reason(model.config)
     if why is None and has_linear_layers(model):
-        why = f"runs {', '.join(SUPPORTED)} targets without linear-attention layers"
+        why = f"runs {', '.join(static_types())} targets without linear-attention layers"
     return why
 
 

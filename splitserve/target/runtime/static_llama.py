@@ -22,18 +22,22 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-SUPPORTED = ("llama",)  # pre-norm decoders with q/k/v/o, NeoX RoPE, a gated MLP, no sliding window
+from draft_models.families import family, static_types
+
 # RoPE types whose frequencies are fixed at load: "dynamic" and "longrope" rescale them from the
 # largest position in a batch (a host read, and one row's frequencies would depend on the others)
 STATIC_ROPE = ("default", "linear", "llama3", "yarn")
 
 
 def unsupported_reason(config) -> str | None:
-    """Why StaticLlama cannot run this config exactly ("runs ...; this one ..."), or None."""
-    if config.model_type not in SUPPORTED:
+    """Why StaticLlama cannot run this config exactly ("runs ...; this one ...: the reason its
+    family gives, draft_models.families"), or None. StaticLlama runs the families marked
+    `static_runtime`: pre-norm decoders with q/k/v/o, NeoX RoPE, a gated MLP, no sliding window."""
+    fam = family(config.model_type)
+    if not fam.static_runtime:
         return (
-            f"runs {', '.join(SUPPORTED)} targets without linear-attention layers; this one is "
-            f"{config.model_type}"
+            f"runs {', '.join(static_types())} targets without linear-attention layers; this one "
+            f"is {config.model_type}: {fam.refusal}"
         )
     rope = (getattr(config, "rope_parameters", None) or {}).get("rope_type", "default")
     if rope not in STATIC_ROPE:
@@ -103,7 +107,7 @@ class StaticLlama(nn.Module):
         # one tensor per layer, written in place by index_put_ on the tensor itself: under
         # torch.compile a write into a view of one stacked [layers, ...] buffer was
         # functionalized into copies of each layer's cache and a rewrite of the whole buffer
-        # every step (docs/ablations/tau_h200.md, pass 13)
+        # every step (measured on one H200)
         shape = (max_rows, self.kv_heads, max_len, self.head_dim)
         self.k_cache = [torch.zeros(shape, dtype=dtype, device=device) for _ in self.layers]
         self.v_cache = [torch.zeros(shape, dtype=dtype, device=device) for _ in self.layers]
@@ -135,7 +139,7 @@ class StaticLlama(nn.Module):
         prefill of new rows, right-padded; `pos` must be arange(W) in each row): attention is
         causal over this call's own keys, which the cache then holds: no mask over the cache and
         no gather of its rows (a group of 32 x 1,024 tokens: 40 against 59 ms on one H200,
-        docs/bench/runtime.md). The same results as the masked path, up to rounding."""
+        docs/results/runtime_h200). The same results as the masked path, up to rounding."""
         b, w = ids.shape
         span = slice(row0, row0 + b)
         extent = self.max_len if extent is None else extent
@@ -189,7 +193,7 @@ class StaticLlama(nn.Module):
     def _bias(self, pos: torch.Tensor, extent: int, dtype: torch.dtype) -> torch.Tensor:
         """[B, 1, W, extent]: 0 where a query at `pos` sees a cache position, -inf elsewhere. As
         an additive mask, made once a forward: given the boolean one, SDPA converts it in every
-        layer (docs/ablations/tau_h200.md, pass 12: 3.48 against 3.70 ms a speculative step)."""
+        layer (3.48 against 3.70 ms a speculative step on one H200)."""
         visible = self.key_pos[None, None, None, :extent] <= pos[:, None, :, None]
         zeros = torch.zeros(visible.shape, dtype=dtype, device=pos.device)
         return zeros.masked_fill_(~visible, float("-inf"))
