@@ -4,7 +4,7 @@ logits, the loss terms, the metrics and (in training) the gradient with respect 
 Two interchangeable kernels (`LossConfig.kernel`), held equal by tests:
 - "torch": eager elementwise ops. Each op reads and writes the whole [rows, vocab] tensor in
   fp32, about twenty passes per chunk; on an H200 the loss then took 75 % of a training step and
-  11x its matmuls (docs/bench/loss_h200.json, its torch rows).
+  11x its matmuls (docs/results/runtime_h200, loss_kernel).
 - "triton": one program per row streams the bf16 logits three times (max and normaliser, then
   the sums, then the gradient) and keeps everything else in registers. Triton comes with CUDA
   builds of torch; on CPU (and where triton is missing) "auto" picks "torch".
@@ -71,7 +71,7 @@ if triton is not None:
         row = tl.program_id(0).to(tl.int64)
         zd, zt = ZD + row * s_zd, ZT + row * s_zt
         offs = tl.arange(0, BLOCK)
-        # pass 1: running max and normaliser of both distributions, and their argmax (the
+        # sweep 1: running max and normaliser of both distributions, and their argmax (the
         # first index of the maximum, as torch.argmax)
         m_d = float("-inf")
         m_t = float("-inf")
@@ -98,7 +98,7 @@ if triton is not None:
             m_t = new_t
         lse_d = m_d + tl.log(n_d)
         lse_t = m_t + tl.log(n_t)
-        # pass 2: the sums over the vocabulary
+        # sweep 2: the sums over the vocabulary
         l1 = 0.0
         sp = 0.0  # <sign(p_d - p_t), p_d>: the TV gradient's centring term
         kl = 0.0

@@ -244,7 +244,7 @@ def _flex_block_mask(plan: AttentionPlan, q_len: int, k_len: int, device):
 
     Why not `create_block_mask`: compiled, it compiles again for each new packed shape before a
     step can run (on an H200 the first two training-shaped batches took 84 s and 103 s with it,
-    18.5 s and 5 ms with this builder; docs/bench/runtime.md); eager, it materialises the [Q, K]
+    18.5 s and 5 ms with this builder); eager, it materialises the [Q, K]
     mask. Here a 128x128 tile is kept when some pair in it may be allowed, judged from bounds
     over the tile: a query tile sees a key tile's context keys when their sequence ranges overlap
     and the keys' smallest position is below the queries' largest anchor (and, with a sliding

@@ -6,14 +6,15 @@ read in well under a microsecond). This times the ways the same masked attention
 computed, each as a CUDA graph of `--layers` back-to-back calls (as in the step), and checks
 each against an fp32 reference. Variants:
 - `sdpa`: a boolean mask, torch picks the kernel; the same call forced to `cudnn`, `efficient`
-  or `math`; and with an additive mask (`sdpa_bias`: what `StaticLlama` runs since pass 12);
+  or `math`; and with an additive mask (`sdpa_bias`: what `StaticLlama` runs since 2026-12-02);
 - `folded`: the masked softmax written out, each KV head's query group folded into the query
   axis (two batched GEMMs, one masked softmax), eager and torch.compile'd;
 - `flex`: compiled flex_attention with a mask read from the positions tensor.
 A variant that wins here need not win inside a step: the compiled fold (6.4-7.8 us alone) made
-the compiled decode step slower (docs/ablations/tau_h200.md, pass 12).
+the compiled decode step slower (tried 2026-12-02, not kept). The kept variants' figures:
+docs/results/runtime_h200 (`verify_widths.attention`).
 
-    python scripts/bench_attention.py --out docs/bench/attention_h200.json
+    python scripts/bench_attention.py --out docs/results/runtime_h200/attention_h200.json
 
 On CPU it runs (two replays, no compiled variants) to check the script, not to measure."""
 

@@ -1,7 +1,7 @@
 """Reading time of the training sources, per record, at growing sizes: a quadratic reader shows
 as time per record growing with the record count; a linear one stays flat.
 
-    python scripts/bench_data.py --out docs/bench/data_read.json [--sizes 1000 2000 4000 0]
+    python scripts/bench_data.py --out docs/results/splits/data_read.json [--sizes 1000 2000 4000 0]
 
 Size 0 means every record. The ShareGPT file (the largest source, read by its line-aware reader)
 is timed with the project's reader and, as the baseline measured in the same run, with the reader

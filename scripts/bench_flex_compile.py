@@ -1,6 +1,7 @@
 """What the draft's packed flex attention costs per new batch shape, compilation included.
 
-    python scripts/bench_flex_compile.py --out flex.json [--batches 5]
+    python scripts/bench_flex_compile.py --out docs/results/runtime_h200/flex_compile.json \
+        [--batches 5]
 
 Packs `--batches` random batches shaped like a training micro-batch (16 sequences of 150-511
 context tokens, 96 anchors each, blocks of 8: Q = 12,288 queries, K ~ 17-18k keys, bf16, 9 query

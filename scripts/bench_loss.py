@@ -8,8 +8,8 @@ backward from the draft's outputs), and peak memory. The floor beside them, meas
 run: the loss's three unavoidable bf16 matmuls (draft logits, target logits, gradient to the
 hidden states) at the same rows. Also each form's agreement with the first on this batch.
 
-    python scripts/bench_loss.py --out docs/bench/loss_h200.json [--sequences 16] [--length 320]
-        [--chunk-rows 256 1024 4096] [--repeats 5] [--forms reference,torch,triton]
+    python scripts/bench_loss.py --out docs/results/runtime_h200/loss_h200.json [--sequences 16]
+        [--length 320] [--chunk-rows 256 1024 4096] [--repeats 5] [--forms reference,torch,triton]
 
 Random weights and random target states: this measures cost, not quality.
 """

@@ -5,8 +5,8 @@ length (one pass over the injected context, plus attention of anchors x gamma qu
 never quadratically. Writes JSON; also, with --check, compares the flex and sdpa attention
 backends (outputs and gradients) on the same batch.
 
-    python scripts/bench_packing.py --out bench_packing.json [--target-shape smollm2_135m]
-        [--lengths 1024 4096 16384 32768] [--anchors 512] [--check]
+    python scripts/bench_packing.py --out docs/results/splits/bench_packing.json
+        [--target-shape smollm2_135m] [--lengths 1024 4096 16384 32768] [--anchors 512] [--check]
 
 Random weights and random target states: this measures cost, not quality.
 """

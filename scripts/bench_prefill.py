@@ -1,8 +1,8 @@
 """What teacher forcing costs a target worker: the static backend's prefill of dataset answers,
 fresh-row causal attention against the masked attention over the cache it replaced, in one run.
 
-    python scripts/bench_prefill.py --out prefill.json [--samples 2048] [--group 32]
-        [--max-length 1024] [--sharegpt 1] [--layer-ids 1,15,28]
+    python scripts/bench_prefill.py --out docs/results/runtime_h200/prefill_h200.json
+        [--samples 2048] [--group 32] [--max-length 1024] [--sharegpt 1] [--layer-ids 1,15,28]
 
 A target worker with target.regenerate=false (every ablation run on a regenerated file) renders
 each conversation with its loss mask, prefills `prefill_group` (32) of them right-padded in one
@@ -24,8 +24,9 @@ a backend of its own (three: fresh and masked rendering ahead, fresh inline):
   --repeats rounds of masked ahead, fresh ahead (the default) and fresh inline
   (target.render_ahead=0), the order rotated from round to round; the medians and every run.
 (The first version ran the loops once each in one order and the group timings one path after
-the other: docs/ablations/tau_h200_pass15/prefill_h200.json. docs/bench/prefill_h200.json is
-this version's, but for its kernel list, which then also held the operators that launched them.)
+the other; its figures were dropped. This version's runs are docs/results/runtime_h200's
+`prefill` rows, 2026-12-02 and 2026-12-03; the first one's kernel list also held the operators
+that launched them.)
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """Regeneration throughput of the target backends on this device, in one run.
 
-    python scripts/bench_regen.py --out regen.json [--backends hf,static] [--samples 256]
-        [--slots 256] [--max-new-tokens 256] [--max-length 512] [--sharegpt 0.5]
+    python scripts/bench_regen.py --out docs/results/runtime_h200/regen_h200.json
+        [--backends hf,static] [--samples 256] [--slots 256] [--max-new-tokens 256]
+        [--max-length 512] [--sharegpt 0.5]
 
 Each backend produces the same samples (ids 0..N-1 of the training prompt stream: GSM8K, plus
 ShareGPT for the given share, sampling settings alternating greedy / temperature 1 top_p 0.95)

@@ -1,8 +1,8 @@
 """The host's rendering work per training sample, and how much of it `splitserve.target.ahead`
 takes off a target worker's critical path.
 
-    python scripts/bench_render.py --out docs/bench/render_cpu.json [--samples 500] [--wait-ms 4]
-        [--source gsm8k|sharegpt] [--max-length 1024]
+    python scripts/bench_render.py --out docs/results/runtime_h200/render_cpu.json [--samples 500]
+        [--wait-ms 4] [--source gsm8k|sharegpt] [--max-length 1024]
 
 On the embedded SmolLM2's tokenizer and the source's training conversations (GSM8K: question,
 answer; ShareGPT: multi-turn), per sample: `render_with_loss_mask` whole and cut to

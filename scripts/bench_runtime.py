@@ -1,7 +1,7 @@
 """The target runtime on this device, each figure beside the eager path and the memory floor.
 
-    python scripts/bench_runtime.py --out runtime.json [--quick] [--compile] [--draft RUN]
-        [--regen]
+    python scripts/bench_runtime.py --out docs/results/runtime_h200/runtime_h200.json [--quick]
+        [--compile] [--draft RUN] [--regen]
 
 Measured in one run (bf16 on a GPU, fp32 on CPU; medians of timed repeats after warm-up):
 - floor: the target's weight bytes over this device's copy bandwidth (a device-to-device copy of

@@ -1,7 +1,8 @@
 """What one speculative decode step costs on the runtime, against a target-only step, and what
 the speed goal (2x target-only tokens/s) then asks of the draft's tau.
 
-    python scripts/bench_step.py --out docs/bench/step_h200.json [--compile] [--quick]
+    python scripts/bench_step.py --out docs/results/runtime_h200/step_h200.json [--compile]
+        [--quick]
 
 SmolLM2-135M (bf16 on a GPU) with a random DSpark draft (2 layers, gamma 7, fixed schedule) on
 GSM8K prompts, static runtime, all in one run:

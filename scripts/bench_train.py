@@ -1,8 +1,8 @@
 """Benchmark of the split: throughput of each side, who waits for whom, and which split is best.
 
-    python scripts/bench_train.py --out bench_train.json [Hydra overrides ...]
-    python scripts/bench_train.py --out splits.json --splits 2+6,4+4,6+2 --global-batch 24 \
-        [overrides ...]
+    python scripts/bench_train.py --out docs/results/splits/bench_train.json [Hydra overrides ...]
+    python scripts/bench_train.py --out docs/results/splits/splits.json --splits 2+6,4+4,6+2 \
+        --global-batch 24 [overrides ...]
 
 One job: runs a real training job (the same code path as `python -m splitserve.train`) into a
 temporary run directory and writes JSON with, per side: samples/s and tokens/s (over each

@@ -1,18 +1,20 @@
 """A trainer's step time over a long run, with the sample transport between real processes.
 
-    python scripts/bench_transport.py --out transport.json [--samples 12000] [--micro-batch 16]
-        [--syncs 149] [--sync-ms 0.1]
+    python scripts/bench_transport.py --out docs/results/splits/transport_cpu.json [--samples 12000]
+        [--micro-batch 16] [--syncs 149] [--sync-ms 0.1]
 
 One target process serves tiny samples at once (`serve_samples`, gloo, as on one GPU); the
 trainer takes `--micro-batch` samples per step from a `SampleReceiver` and then stands in for a
 training step: `--syncs` waits of `--sync-ms` that release the GIL, as a GPU step's host
-synchronisations do (149 per step in the pass 8 profile, docs/ablations/tau_h200.md). Measured
-for the receiver as it is and, as the baseline in the same run, for the polling form it
-replaced (every credit send ever granted kept and polled with is_completed() on each sample;
-a gloo send never reports completion unless waited on, so the list only grew). Reported per
-form: the median step time over each tenth of the run, and the floor (the stand-in step alone,
-timed in the same process before any sample flows). CPU only; the samples are tiny, so this
-measures the transport's bookkeeping, not its bandwidth. Writes JSON to --out.
+synchronisations do (149 per step in a DSpark trainer's profile of 2026-12-01, before the
+receiver's fix and host-side packing; 10 after both: docs/results/splits, `one_gpu_training`).
+Measured for the receiver as it is and, as the baseline in the same run, for the polling form it
+replaced (every credit send ever granted kept and polled with is_completed() on each sample; a
+gloo send never reports completion unless waited on, so the list only grew). Reported per form:
+the median step time over each tenth of the run, and the floor (the stand-in step alone, timed in
+the same process before any sample flows). CPU only; the samples are tiny, so this measures the
+transport's bookkeeping, not its bandwidth. Writes JSON to --out; the recorded run's figures are
+docs/results/splits (`cpu.transport`).
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ WINDOW = 32  # split.window's default for micro-batch 16: two steps of samples
 
 
 class PollingReceiver(SampleReceiver):
-    """The receiver before pass 8's fix, kept here only as this benchmark's baseline."""
+    """The receiver before the 2026-12-01 fix, kept here only as this benchmark's baseline."""
 
     def _receive_all(self) -> None:
         pending = []

@@ -1,6 +1,7 @@
 """fla-core's KDA kernels under a bailing_hybrid target, on a GPU: bound, right, lossless, faster.
 
-    python scripts/check_kda_gpu.py --out kda_gpu.json [--target conf/target/ling3_mini_gpu.yaml]
+    python scripts/check_kda_gpu.py --out docs/results/splits/kda_gpu.json \
+        [--target conf/target/ling3_mini_gpu.yaml]
 
 For each dtype (float32, bfloat16) it records which implementation transformers bound for the
 KDA functions (`serving.linear_state.linear_kernels`), compares the target's logits with fla's

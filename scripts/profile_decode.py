@@ -1,8 +1,9 @@
 """Where a decode step's time goes with a trained draft: the step as `generate` runs it, its one
 CUDA graph replayed back to back, and the kernels inside that graph; speculative and target-only.
 
-    python scripts/profile_decode.py --checkpoint CKPT [--target DIR] --out profile.json \
-        [--prompts 10] [--tokens 128] [--replays 200] [--compile [--skip-parts]]
+    python scripts/profile_decode.py --checkpoint CKPT [--target DIR] \
+        --out docs/results/runtime_h200/profile_DRAFT.json [--prompts 10] [--tokens 128]
+        [--replays 200] [--compile [--skip-parts]]
 
 On the static runtime (bf16 on a GPU), fixed schedule, one verify width (gamma + 1: one graph
 per cache-length bucket), GSM8K prompts; per decoder (`spec`, `base` = target-only):
@@ -17,8 +18,8 @@ per cache-length bucket), GSM8K prompts; per decoder (`spec`, `base` = target-on
   the time the device spends between the kernels of the graph;
 - `proposal_ms` (the proposal's own graph) and `verify_ms` (the target's verify graph at width 1
   and gamma + 1, over a context of the longest prompt plus half the tokens); `--skip-parts`
-  leaves them out (with `--compile` each compiles again: pass 11's compiled profile ran past
-  330 s with them).
+  leaves them out (with `--compile` each compiles again: a compiled profile with them ran past
+  330 s on 2026-12-02).
 On CPU (no graphs) the same code runs eagerly: a smoke run, not a measurement.
 """
 

@@ -1,15 +1,17 @@
 """Does regeneration repeat itself in one process, and where does a repeat first part?
 
-    python scripts/regen_repeat.py --out JSON [--samples 512] [--repeats 2] [--same-engine]
-        [--no-graphs] [--sdpa default|math] [--deterministic] [--device auto] [overrides...]
+    python scripts/regen_repeat.py --out docs/results/runtime_h200/repeat.json [--samples 512]
+        [--repeats 2] [--same-engine] [--no-graphs] [--sdpa default|math] [--deterministic]
+        [--device auto] [overrides...]
 
 Why: five regenerations of one recipe and seed on H200s wrote five files, and two processes on
-one machine agreed on 201 of 939 samples (docs/ablations/tau_h200.md, pass 17), where the
-static backend's samples should depend only on their prompt, seed and logits
-(splitserve/target/runtime/sampling.py). This regenerates samples 0..N-1 of the run's prompt
-stream (the overrides are a training run's, as `splitserve.regenerate` takes them) `--repeats`
-times in one process, each on a fresh engine (a new cache and CUDA-graph capture; `--same-engine`
-reuses the first), and compares every repeat with the first, sample by sample:
+one machine agreed on 201 of 939 samples (2026-12-03), where the static backend's samples
+should depend only on their prompt, seed and logits (splitserve/target/runtime/sampling.py).
+What this script then found: docs/results/runtime_h200 (`regeneration.repeats`). It regenerates
+samples 0..N-1 of the run's prompt stream (the overrides are a training run's, as
+`splitserve.regenerate` takes them) `--repeats` times in one process, each on a fresh engine (a
+new cache and CUDA-graph capture; `--same-engine` reuses the first), and compares every repeat
+with the first, sample by sample:
 
 - the tokens, and the first position where they part (`first_token_diff`);
 - the captured final states (the LM head's input) over the positions both repeats fed the same

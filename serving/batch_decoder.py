@@ -1,7 +1,7 @@
 """Speculative decoding of R requests at once, for evaluation throughput.
 
 Why: at batch 1 a 135M target and its draft leave an H200 mostly idle between tiny kernels;
-`serving.evaluate` decoded ~2 answers/s (docs/ablations/tau_h200.md), so the benchmark sets did
+`serving.evaluate` decoded ~2 answers/s on one H200, so the benchmark sets did
 not fit a session. R requests decoded in lockstep share every kernel.
 
 What it runs: the decoder's fused step (serving.fused_step) over R rows of the static engine and

@@ -61,6 +61,8 @@ def held_out_prompts(ckpt: Path, limit: int | None) -> list[list[str]]:
     data = saved_data_config(checkpoint.read_run_section(ckpt, "data"))
     split = load_prompts(data)
     held = split.eval[:limit]
+    if len(held) < len(split.eval):
+        _limited(f"the first {len(held)} of the {len(split.eval)} prompts {ckpt} held out")
     trained = {prompt_key(c) for c in split.train}
     seen = sum(prompt_key(c) in trained for c in held)
     if seen:  # only under data.hold_out=rows
@@ -85,12 +87,25 @@ def prompt_set(text: str) -> str | Path:
     return Path(text)
 
 
+def _limited(what: str) -> None:
+    """Say that --limit left prompts unread (a calibration on fewer prompts than the set has)."""
+    print(f"read {what} (--limit)", file=sys.stderr)
+
+
+def _records(path: Path) -> int:
+    """The records of a JSON-lines file (its non-blank lines), without parsing them."""
+    with open(path, encoding="utf-8") as f:
+        return sum(1 for line in f if line.strip())
+
+
 def load_prompt_set(prompts: str | Path, ckpt: Path, limit: int | None) -> list[list[str]]:
     """The prompts of --prompts, each as [first user message]."""
     if isinstance(prompts, Path):
         items = first_user_turns(read_jsonl_chat(prompts, limit))
         if not items:
             raise ValueError(f"--prompts {prompts} holds no conversation")
+        if len(items) == limit and _records(prompts) > limit:
+            _limited(f"the first {limit} prompts of {prompts}")
         for k, item in enumerate(items):
             if not item:
                 raise ValueError(
@@ -106,7 +121,10 @@ def load_prompt_set(prompts: str | Path, ckpt: Path, limit: int | None) -> list[
                 f"{exc}; or give --prompts a benchmark or a jsonl_chat file of prompts the draft "
                 "was not trained on (scripts/held_out_prompts.py)"
             ) from None
-    return load_bench(prompts, limit)
+    items = load_bench(prompts, None if limit is None else limit + 1)
+    if limit is not None and len(items) > limit:
+        _limited(f"the first {limit} prompts of {prompts}")
+    return items[:limit]
 
 
 def collect(

@@ -4,9 +4,11 @@
         [--limit N] [--temperature T] [--max-new-tokens N] [--out DIR] [--no-baseline]
         [--procs N] [--batch N] [decoder flags as serving.generate]
 
-Per benchmark it writes and prints one JSON object: tau (mean tokens emitted per decode step,
-bonus included), conditional acceptance by draft position (accepted / reached, where a position
-is reached when it was verified and every earlier draft was accepted), the fraction of verified
+Per benchmark it prints one row of a table (bench, items, tau, acceptance by position, speedup
+when timed, identical outputs when checked; `--json`: the object below as one line instead) and
+writes one JSON object: tau (mean tokens emitted per decode step, bonus included), conditional
+acceptance by draft position (accepted / reached, where a position is reached when it was
+verified and every earlier draft was accepted), the fraction of verified
 draft tokens that were rejected, mean verify width, step time and tokens/s of speculative and of
 target-only decoding (same target, same prompts, same process), and for greedy decoding how many
 outputs equal the target-only output; `draft_step_ms` is the median time of one draft proposal;
@@ -27,7 +29,8 @@ are not single-stream figures; `--batch N` decodes N items at once in each proce
 so tau and acceptance are batch 1's; in bf16 up to rounding, as any change of batch shape;
 speeds are throughputs, `step_ms` is left out and `mean_verify_width` is the batch's one width).
 `elapsed_s` and `answers_per_s` say how long the benchmark's decoding took (the slowest process,
-warm-up included; start-up and model loading not).
+warm-up included; start-up and model loading not). A target with random weights (a test mini,
+target.kind=ling3_mini) is warned about: a draft's acceptance against it means nothing.
 """
 
 from __future__ import annotations
@@ -35,7 +38,9 @@ from __future__ import annotations
 import json
 import os
 import queue as queue_module
+import signal
 import sys
+import threading
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -52,7 +57,7 @@ from . import cli
 from .batch_decoder import BatchDecoder
 from .benchmarks import load_bench
 from .decoder import DecodeResult, SpeculativeDecoder
-from .loading import add_decoding_args, add_model_args, decoder_from_args
+from .loading import add_decoding_args, add_model_args, decoder_from_args, random_weight_target
 
 
 @dataclass
@@ -71,7 +76,7 @@ class Tally:
     reached: list[int] = field(default_factory=list)
     hits: list[int] = field(default_factory=list)
     # item index -> [tokens emitted by decode steps, decode steps], its turns summed: what a
-    # paired bootstrap over items needs (scripts/tau_table.py)
+    # paired bootstrap over items needs (serving/intervals.py)
     per_item: dict[int, list[int]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -336,8 +341,14 @@ def run_sharded(items: dict[str, list[list[str]]], args, write) -> None:
         ctx.Process(target=_shard_main, args=(args, items, k, queue), daemon=True)
         for k in range(args.procs)
     ]
-    for p in procs:
-        p.start()
+    main = threading.current_thread() is threading.main_thread()
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
+    try:  # started with SIGINT ignored: Ctrl-C is this process's to report, not N tracebacks
+        for p in procs:
+            p.start()
+    finally:
+        if main:
+            signal.signal(signal.SIGINT, old)
     parts: dict[str, dict[int, dict]] = {b: {} for b in items}
     try:
         while any(len(got) < args.procs for got in parts.values()):
@@ -428,6 +439,33 @@ def plot_acceptance(reports: dict[str, dict], path: Path, title: str) -> dict:
     }
 
 
+def table_lines(rep: dict, header: bool) -> list[str]:
+    """A benchmark's row of the printed table (after the header, with `header`): the figures read
+    at a glance; its JSON file holds the rest. Speedup only when timed against target-only
+    decoding, identical outputs only when checked (greedy)."""
+    cells = [("bench", f"{rep['bench']:<10}"), ("items", f"{rep['items']:>5}")]
+    cells.append(("tau", f"{rep['tau']:5.2f}"))
+    for k, a in enumerate(rep["acceptance_by_position"]):  # None: position never reached
+        cells.append((f"acc@{k + 1}", f"{'-' if a is None else format(a, '.2f'):>5}"))
+    if rep.get("speedup") is not None:
+        cells.append(("speedup", f"{rep['speedup']:6.2f}x"))
+    if "identical_to_target_only" in rep:
+        cells.append(("identical", f"{rep['identical_to_target_only']:>9}"))
+    row = "  ".join(value for _, value in cells)
+    if not header:
+        return [row]
+    names = "  ".join(f"{name:<{len(v)}}" if not k else f"{name:>{len(v)}}"
+                      for k, (name, v) in enumerate(cells))  # fmt: skip
+    return [names, row]
+
+
+def random_target_warning(kind: str) -> str:
+    return (
+        f"warning: the target has random weights (target.kind={kind}): its tau and acceptance "
+        "say nothing about a trained target"
+    )
+
+
 def build_parser():
     """This CLI's flags (its --help)."""
     ap = cli.parser(
@@ -469,6 +507,12 @@ def build_parser():
     ap.add_argument(
         "--no-plot", action="store_true", help="skip acceptance.png (no matplotlib needed)"
     )
+    ap.add_argument(
+        "--json",
+        action="store_true",
+        help="print each benchmark's report as one JSON line (as written to its file) instead of "
+        "the table",
+    )
     return ap
 
 
@@ -484,7 +528,8 @@ def main(argv=None) -> int:
         rep = {"bench": bench, "checkpoint": str(ckpt), "command": command, **rep}
         out.mkdir(parents=True, exist_ok=True)
         (out / f"{bench}.json").write_text(json.dumps(rep, indent=1))
-        print(json.dumps(rep), flush=True)
+        lines = [json.dumps(rep)] if args.json else table_lines(rep, header=not reports)
+        print("\n".join(lines), flush=True)
         reports[bench] = rep
 
     try:
@@ -495,6 +540,9 @@ def main(argv=None) -> int:
         evals = ckpt.with_name(ckpt.name + "-eval") if alone else ckpt.parent.parent / "eval"
         out = args.out or evals / f"{ckpt.name}-t{args.temperature:g}"
         args.checkpoint = ckpt  # resolved once (a run directory: its newest checkpoint)
+        random_kind = random_weight_target(ckpt, args.target)
+        if random_kind is not None:  # before the decoding, and under the table
+            print(random_target_warning(random_kind), file=sys.stderr)
         if args.procs == 1:
             decoder, tok = decoder_from_args(args)
             for bench in benches:
@@ -504,6 +552,15 @@ def main(argv=None) -> int:
     except (ValueError, FileNotFoundError, NotImplementedError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C: one line and 130 (a shell's code for SIGINT), no traceback
+        done = f"{', '.join(reports)} written to {out}" if reports else "no benchmark finished"
+        print(f"interrupted: {done}", file=sys.stderr)
+        return 130
+    notes = {r["timing_note"] for r in reports.values() if "timing_note" in r}
+    if notes and not args.json:
+        print(f"note: {notes.pop()}")
+    if random_kind is not None and not args.json:
+        print(random_target_warning(random_kind))  # under the figures it qualifies
     if not args.no_plot:
         plot_acceptance(
             reports,

@@ -8,7 +8,8 @@ DSpark fields SGLang's parser reads) and `model.safetensors` with exactly the dr
 under the names SGLang's DSpark loader maps (`layers.*`, `fc`, `hidden_norm`, `norm`,
 `markov_head.*`, `confidence_head.proj.*`); the embedding and LM head stay the target's. Drafts
 SGLang cannot serve are refused, with the reason; an existing output directory is replaced only
-once the new one is complete.
+once the new one is complete. It prints the files written, with their sizes, and the command
+that serves them (`serving.launch`'s, for the target the draft was trained against).
 """
 
 from __future__ import annotations
@@ -28,10 +29,11 @@ from draft_models import (
     get_arch,
     load_draft_config,
 )
+from draft_models.config_io import read_json
 from draft_models.sts import read_temperatures
 from splitserve import checkpoint
 
-from . import cli
+from . import cli, launch
 from .sps import SpsTable
 
 
@@ -57,9 +59,20 @@ def export(
 ) -> Path:
     """Write the SGLang draft directory `out` for checkpoint `ckpt` (weights cast to `dtype`,
     sharded past `max_shard_mb` with a safetensors index, which SGLang's loader reads)."""
+    return export_draft(checkpoint.read_draft(ckpt), out, sps, sts, dtype, max_shard_mb)
+
+
+def export_draft(
+    draft: checkpoint.DraftCheckpoint,
+    out: Path,
+    sps: Path | None = None,
+    sts: Path | None = None,
+    dtype: str = "bfloat16",
+    max_shard_mb: float = checkpoint.DEFAULT_SHARD_MB,
+) -> Path:
+    """`export` of a draft already read (the CLI keeps it: its target names the launch command)."""
     if dtype not in WEIGHT_DTYPES:
         raise ValueError(f"dtype {dtype!r} is invalid; allowed: {', '.join(sorted(WEIGHT_DTYPES))}")
-    draft = checkpoint.read_draft(ckpt)
     if draft.exported:
         what = (
             "is already an exported draft"
@@ -96,7 +109,7 @@ def export(
 
 def load_exported(path: Path, head: FrozenTargetHead) -> DraftModel:
     """Rebuild our draft from an exported directory (strict: every weight must match)."""
-    config = json.loads((Path(path) / "config.json").read_text())
+    config = read_json(Path(path) / "config.json", "exported draft config")
     cfg = load_draft_config(config["splitserve_draft_config"])
     draft = get_arch(cfg.arch).model(cfg, head)
     draft.load_state_dict(checkpoint.load_weights(Path(path)), strict=True)
@@ -136,12 +149,32 @@ def main(argv=None) -> int:
     try:
         if args.max_shard_mb <= 0:
             raise ValueError(f"--max-shard-mb {args.max_shard_mb}: allowed a number > 0")
-        out = export(args.checkpoint, args.out, args.sps, args.sts, args.dtype, args.max_shard_mb)
+        draft = checkpoint.read_draft(args.checkpoint)
+        out = export_draft(draft, args.out, args.sps, args.sts, args.dtype, args.max_shard_mb)
+        argv, env = launch.build_command(str(draft.model_dir), out)
     except (ValueError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(out)
+    files = sorted(p for p in out.iterdir() if p.is_file())
+    width = max(len(p.name) for p in files)
+    print("files written:")
+    for p in files:
+        print(f"  {p.name:<{width}}  {_size(p.stat().st_size):>9}")
+    print(
+        "serve it with SGLang 0.5.23, from SGLang's own environment (`python -m serving.launch` "
+        "prints this for another --python, --target, --tp-size or --port):"
+    )
+    print(f"  {launch.shell_line(argv, env)}")
+    print(f"wrote {out}")
     return 0
+
+
+def _size(n: int) -> str:
+    """A file size as people read it (1024-based units)."""
+    units, size, k = ("B", "KiB", "MiB", "GiB"), float(n), 0
+    while size >= 1024 and k < len(units) - 1:
+        size, k = size / 1024, k + 1
+    return f"{n} B" if k == 0 else f"{size:.1f} {units[k]}"
 
 
 if __name__ == "__main__":

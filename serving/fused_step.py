@@ -4,7 +4,7 @@ as one CUDA graph per (verify width, cache-length bucket, temperature) on a GPU.
 
 Why: run piece by piece, a step costs its two graph replays (proposal, verify) plus the host work
 between them: the acceptance kernels, the draft's commit (~30 small kernels) and the loop's
-Python, with a read of the device in the middle (docs/bench/runtime.md: 6.48 ms a step where the
+Python, with a read of the device in the middle (docs/results/runtime_h200: 6.48 ms a step where the
 two replays take 3.85 ms). Fused, a step is one replay and one read of the emitted tokens.
 
 What fusing needs, and where the decoder falls back to the split step (`SpeculativeDecoder`):

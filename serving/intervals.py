@@ -3,8 +3,8 @@ larger than the spread of the items they were measured on?
 
 Both drafts decoded the same items, so each bootstrap draw takes the same items (with
 replacement) for both and recomputes tau as emitted tokens over decode steps of the drawn
-items. Used by scripts/tau_table.py (the goals) and serving.ablation_report (each job against
-the first) and the passes' `compare.py` in docs/ablations (`compare_parts` on two folders of
+items. Used by serving.ablation_report (each job against the first, and the macro ratio) and
+by hand on a study's reports (`compare_parts` on two folders of
 reports, `compare_folders` on pairs of them, `ratio_of_ratios` over four runs,
 `comparison_lines` to print them; `timed_comparison` and `timed_lines` for batch-1 timed
 runs). `bootstrap` draws one run's items alone, for a

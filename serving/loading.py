@@ -8,14 +8,17 @@ from pathlib import Path
 import torch
 
 from draft_models import build_draft
+from draft_models.config_io import read_json
 from draft_models.sts import read_temperatures
 from splitserve import checkpoint
-from splitserve.target.config import resolve_dtype
+from splitserve.target.config import RANDOM_WEIGHT_KINDS, resolve_dtype
+from splitserve.target.embedded import LING3_MARKER
 from splitserve.target.models import (
     check_tokenizer,
     load_causal_lm,
     load_frozen_head,
     load_target_spec,
+    resolve_draft,
 )
 
 from . import cli
@@ -59,6 +62,25 @@ def target_dir_of(draft: checkpoint.DraftCheckpoint, target_dir: Path | None = N
     return target_dir
 
 
+def random_weight_target(ckpt: Path, target_dir: Path | None = None) -> str | None:
+    """The target.kind of the target `ckpt` is served with (`target_dir`, else the one it was
+    trained against) when that target has random weights (its marker file says which kind built
+    it), else None: acceptance against such a target says nothing about a trained one."""
+    if target_dir is None:
+        if checkpoint.is_draft_only(ckpt):
+            return None  # no target named: loading refuses it
+        meta = read_json(Path(ckpt) / checkpoint.META, "checkpoint meta")
+        if not isinstance(meta, dict) or not meta.get("model_dir"):
+            return None  # reading the draft names the problem
+        target_dir = Path(meta["model_dir"])
+    marker = Path(target_dir) / LING3_MARKER
+    if not marker.is_file():
+        return None
+    built = read_json(marker, "target marker")
+    kind = built.get("kind") if isinstance(built, dict) else None
+    return kind if kind in RANDOM_WEIGHT_KINDS else None
+
+
 def load_decoder(
     ckpt: Path,
     target_dir: Path | None = None,
@@ -82,8 +104,8 @@ def load_decoder(
     target_dir = target_dir_of(draft_ckpt, target_dir)
     spec = load_target_spec(target_dir)
     if draft_ckpt.exported:  # no recorded target: the draft must fit this one
-        try:
-            cfg.resolve(spec)
+        try:  # its mask token too: not an ordinary token of this target's tokenizer
+            resolve_draft(cfg, target_dir, spec)
         except ValueError as exc:
             raise ValueError(
                 f"draft {draft_ckpt.path} (no recorded target) does not fit the target "

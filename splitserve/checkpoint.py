@@ -13,14 +13,15 @@
 A checkpoint is written into `checkpoints/.tmp-step-N/`, sealed (COMPLETE lists each file and its
 size) and only then renamed to `checkpoints/step-N/`. A directory without a valid COMPLETE
 (killed mid-write, truncated file, hand-edited) is reported and skipped; older checkpoints are
-pruned only after a newer one is complete. Every reader, the trainer's resume and the serving
+pruned only after a newer one is complete; the newest `train.keep_train_state` kept keep
+`engine/` (a resume falls back past one whose state fails its CRCs, `training_state_problem`),
+older ones are reduced to the draft. Every reader, the trainer's resume and the serving
 CLIs alike, validates through `problem`, so a damaged file is named with its size found and
 expected before anything tries to parse it.
 """
 
 from __future__ import annotations
 
-import gzip
 import json
 import math
 import os
@@ -33,7 +34,7 @@ from pathlib import Path
 import torch
 
 from draft_models import DraftConfig, TargetSpec, load_draft_config
-from draft_models.config_io import load_dataclass
+from draft_models.config_io import load_dataclass, read_json
 
 COMPLETE = "COMPLETE"
 ENGINE_TAG = "engine"
@@ -216,8 +217,29 @@ def listed_files(ckpt: Path) -> dict[str, int]:
 
 def has_training_state(ckpt: Path) -> bool:
     """Whether the checkpoint keeps DeepSpeed's engine state (what resuming needs): only the
-    newest of a run does; older kept ones are draft weights only (see `prune`)."""
+    newest `train.keep_train_state` of a run do; older kept ones are draft weights only (see
+    `prune`)."""
     return any(name.startswith(ENGINE_TAG + "/") for name in listed_files(ckpt))
+
+
+def training_state_problem(ckpt: Path) -> str | None:
+    """Why the engine state of `ckpt` cannot be loaded, or None. Its files are torch's zip
+    archives, each entry with a CRC: reading them through finds a damaged file (of the right size,
+    which `problem` cannot tell) before a trainer loads it, without unpickling anything."""
+    import zipfile
+
+    for name in sorted(listed_files(ckpt)):
+        if not (name.startswith(ENGINE_TAG + "/") and name.endswith(".pt")):
+            continue
+        path = Path(ckpt) / name
+        try:
+            with zipfile.ZipFile(path) as archive:
+                bad = archive.testzip()
+        except (OSError, zipfile.BadZipFile, RuntimeError, EOFError) as exc:
+            return f"its training state file {path} cannot be read ({exc})"
+        if bad is not None:
+            return f"its training state file {path} is damaged (entry {bad} fails its CRC)"
+    return None
 
 
 def complete_checkpoints(run_dir: Path) -> list[Path]:
@@ -242,24 +264,39 @@ def latest_good(
         why = problem(ckpt, needed)
         if why is None and resumable and not has_training_state(ckpt):
             why = "draft weights only (its training state was dropped once a newer one was saved)"
+        if why is None and resumable:
+            why = training_state_problem(ckpt)
         if why is None:
             return ckpt
         log(f"skipping checkpoint {ckpt}: {why}")
     return None
 
 
-def prune(run_dir: Path, keep: int) -> None:
-    """Keep the newest `keep` complete checkpoints (at least the newest): the newest whole, the
-    older ones as draft weights only (resuming needs only the newest's training state, which is
-    most of a checkpoint's size). Remove the rest, and stale staging dirs."""
+def prune(
+    run_dir: Path, keep: int, keep_state: int = 1, log: Callable[[str], None] = _stderr
+) -> None:
+    """Keep the newest `keep` complete checkpoints (at least the newest): the newest `keep_state`
+    whole, the older ones as draft weights only (the training state is most of a checkpoint's
+    size; a second whole one is what a resume falls back to when the newest's state is damaged).
+    Remove the rest, and stale staging dirs."""
     root = checkpoint_root(run_dir)
     good = [c for c in sorted(root.glob("step-*"), reverse=True) if problem(c) is None]
     for old in good[max(1, keep) :]:
         shutil.rmtree(old, ignore_errors=True)
-    for older in good[1 : max(1, keep)]:
+    for older in good[max(1, keep_state) : max(1, keep)]:
         drop_training_state(older)
-    for tmp in root.glob(".tmp-step-*"):
+    remove_partial(run_dir, log)
+
+
+def remove_partial(run_dir: Path, log: Callable[[str], None] = _stderr) -> list[Path]:
+    """Remove the staging dirs of checkpoints whose writing was interrupted (never resumed from,
+    never complete), saying so: a run killed mid-save leaves one behind."""
+    root = checkpoint_root(run_dir)
+    removed = sorted(root.glob(".tmp-step-*")) if root.is_dir() else []
+    for tmp in removed:
         shutil.rmtree(tmp, ignore_errors=True)
+        log(f"removed {tmp}: a checkpoint whose writing was interrupted (incomplete, never used)")
+    return removed
 
 
 def drop_training_state(ckpt: Path) -> None:
@@ -307,7 +344,7 @@ class DraftCheckpoint:
 
 
 def read_draft_config(ckpt: Path) -> DraftConfig:
-    return load_draft_config(json.loads((Path(ckpt) / DRAFT_CONFIG).read_text()), "draft")
+    return load_draft_config(read_json(Path(ckpt) / DRAFT_CONFIG, "draft config"), "draft")
 
 
 def resolve(path: Path, log: Callable[[str], None] = _stderr) -> Path:
@@ -364,7 +401,7 @@ def read_draft(path: Path, log: Callable[[str], None] = _stderr) -> DraftCheckpo
             model_dir=None,
             weights=load_weights(path),
         )
-    meta = json.loads((path / META).read_text())
+    meta = read_json(path / META, "checkpoint meta")
     if "target" not in meta:
         raise ValueError(
             f"{path / META} does not record the target's shape (checkpoint from an older "
@@ -383,17 +420,6 @@ def read_draft(path: Path, log: Callable[[str], None] = _stderr) -> DraftCheckpo
 
 EXPORTED_CONFIG = "config.json"  # an exported draft directory (serving.export): SGLang's files
 # (config.json with our draft config inside, weights as save_weights writes them)
-
-
-def metrics_lines(run_dir: Path) -> list[str]:
-    """A run's metrics.jsonl lines (one a step, as training writes them), or those of its
-    gzipped copy (as docs/ablations keeps them in git); [] when it has neither."""
-    plain, packed = Path(run_dir) / "metrics.jsonl", Path(run_dir) / "metrics.jsonl.gz"
-    if plain.is_file():
-        return plain.read_text().splitlines()
-    if packed.is_file():
-        return gzip.decompress(packed.read_bytes()).decode().splitlines()
-    return []
 
 
 def is_exported(path: Path) -> bool:
@@ -426,11 +452,11 @@ def read_init_config(path: Path, log: Callable[[str], None] = _stderr) -> DraftC
     launcher checks against the run's before any worker starts)."""
     path = Path(path)
     if is_draft_folder(path):
-        text = (path / Path(DRAFT_CONFIG).name).read_text()
-        return load_draft_config(json.loads(text), "draft")
+        config = read_json(path / Path(DRAFT_CONFIG).name, "draft config")
+        return load_draft_config(config, "draft")
     if not is_exported(path):
         return read_draft_config(resolve(path, log))
-    config = json.loads((path / EXPORTED_CONFIG).read_text())
+    config = read_json(path / EXPORTED_CONFIG, "exported draft config")
     if "splitserve_draft_config" not in config:
         raise ValueError(
             f"{path / EXPORTED_CONFIG} has no splitserve_draft_config: not a draft exported by "

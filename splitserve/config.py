@@ -52,6 +52,9 @@ class TrainConfig:
     seed: int = 0
     checkpoint_every: int = 20
     keep_checkpoints: int = 2
+    # of those, the newest this many keep the training state (the rest: draft weights only); 2
+    # lets a resume fall back to the previous checkpoint when the newest's state is damaged
+    keep_train_state: int = 2
     # the draft-only weight file is cut into shards of at most this many MiB (with an index)
     weight_shard_mb: float = 2048.0
     eval_every: int = 0  # 0: only at the end
@@ -134,7 +137,14 @@ class RunConfig:
                 (self.train.decode_eval_prompts, self.train.decode_eval_tokens),
                 ">= 0 and >= 1",
             )
-        for name in ("steps", "micro_batch", "grad_accum", "num_anchors", "threads_per_proc"):
+        for name in (
+            "steps",
+            "micro_batch",
+            "grad_accum",
+            "num_anchors",
+            "threads_per_proc",
+            "keep_train_state",
+        ):
             if getattr(self.train, name) < 1:
                 raise bad(f"train.{name}", getattr(self.train, name), "an integer >= 1")
         if self.train.weight_shard_mb <= 0:

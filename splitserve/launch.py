@@ -3,16 +3,21 @@
 The launcher spawns one process per target and trainer worker (or a single colocated one). If
 any worker dies (an error, or SIGKILL), the others are stopped and the launch fails with the
 worker's name and exit code; the newest complete checkpoint is untouched, so the same command
-resumes.
+resumes. Ctrl-C (or a worker stopped on its own by a signal) stops every worker the same way and
+raises KeyboardInterrupt, which the command line turns into one line.
 """
 
 from __future__ import annotations
 
 import multiprocessing as mp
+import signal
 import socket
+import threading
 import time
 
-from .workers import RunContext, colocated_main, target_main, trainer_main
+from .workers import INTERRUPTED, RunContext, colocated_main, target_main, trainer_main
+
+STOP_GRACE_S = 30.0  # how long stopped workers may take to close their files before SIGKILL
 
 
 def free_ports(n: int) -> list[int]:
@@ -50,11 +55,12 @@ def launch(ctx: RunContext) -> None:
             (f"trainer{r}", spawn.Process(target=trainer_main, args=(r, ctx), name=f"trainer{r}"))
             for r in range(t.num_trainers)
         ]
-    for _, p in procs:
-        p.start()
+    _start(procs)
     _record_pids(ctx, {name: p.pid for name, p in procs})
     try:
         while True:
+            if any(p.exitcode == INTERRUPTED for _, p in procs):  # a stop signal sent to one
+                raise KeyboardInterrupt
             failed = [(n, p.exitcode) for n, p in procs if p.exitcode not in (None, 0)]
             if failed:
                 raise RuntimeError(
@@ -63,6 +69,9 @@ def launch(ctx: RunContext) -> None:
             if all(p.exitcode == 0 for _, p in procs):
                 return
             time.sleep(0.2)
+    except KeyboardInterrupt:
+        _stop(procs)
+        raise
     finally:
         for _, p in procs:
             if p.is_alive():
@@ -71,6 +80,31 @@ def launch(ctx: RunContext) -> None:
             p.join(timeout=10)
             if p.is_alive():
                 p.kill()
+
+
+def _start(procs: list[tuple[str, mp.Process]]) -> None:
+    """Start the workers with SIGINT ignored (inherited through exec; `workers.stops_quietly`
+    installs their own handler once they have imported): a Ctrl-C during their seconds of imports
+    would otherwise print one traceback per worker. The launcher stops them instead."""
+    main = threading.current_thread() is threading.main_thread()
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
+    try:
+        for _, p in procs:
+            p.start()
+    finally:
+        if main:
+            signal.signal(signal.SIGINT, old)
+
+
+def _stop(procs: list[tuple[str, mp.Process]]) -> None:
+    """SIGTERM to every live worker (their stop request: they close the metrics file and wandb
+    and exit), then wait for them; whatever is still alive is killed by the caller."""
+    for _, p in procs:
+        if p.is_alive():
+            p.terminate()
+    deadline = time.monotonic() + STOP_GRACE_S
+    for _, p in procs:
+        p.join(timeout=max(0.0, deadline - time.monotonic()))
 
 
 def _record_pids(ctx: RunContext, pids: dict) -> None:

@@ -11,7 +11,7 @@ seed; exactly so in fp32 for batch-invariant backends such as `static` (tested o
 on a GPU it does not repeat itself: five regenerations of one recipe and seed on fresh H200s
 gave five files, and two regenerations of samples 0..1,023 in two processes on one machine
 (beside a training run) agreed on 201 of 939 lines
-(docs/ablations/tau_h200.md, passes 16 and 17; the cause is not found); the `hf` backend
+(the cause is not found: scripts/regen_repeat.py looks for it); the `hf` backend
 seeds a window of samples together, so its sampled answers differ from an online run's); its
 answer passes through text once (decoded here, tokenized again by the chat template when
 training), and an answer cut at its token budget ends with the template's end-of-turn like any
@@ -99,11 +99,11 @@ def compose_run_config(overrides: list[str]):
 
 def target_and_stream(cfg, device: torch.device):
     """(target backend, training prompt stream) as a run's target worker builds them."""
-    from .target.models import load_target_spec, prepare_target_dir
+    from .target.models import load_target_spec, prepare_target_dir, resolve_draft
     from .workers import make_target
 
     model_dir = prepare_target_dir(cfg.target, seed=cfg.train.seed)
-    draft = cfg.draft.resolve(load_target_spec(model_dir))
+    draft = resolve_draft(cfg.draft, model_dir, load_target_spec(model_dir))
     stream = PromptStream(load_prompts(cfg.data).train, cfg.data.shuffle_seed)
     backend = make_target(cfg, model_dir, device, draft.target_layer_ids)
     return backend, stream
@@ -229,12 +229,15 @@ def main(argv=None) -> int:
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
+    from draft_models.config_io import hydra_message
+
     args = build_parser().parse_args(argv)
     try:
         summary = run(args)
-    except (
-        ValueError, FileNotFoundError, FileExistsError, HydraException, OmegaConfBaseException
-    ) as exc:  # fmt: skip
+    except (HydraException, OmegaConfBaseException) as exc:  # Hydra's lines as one
+        print(f"error: {hydra_message(exc)}", file=sys.stderr)
+        return 2
+    except (ValueError, FileNotFoundError, FileExistsError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(json.dumps(summary))

@@ -3,11 +3,13 @@
 A study compares training jobs at one budget on one file of target answers. Its stages:
 regenerate the target's answers once (`splitserve.regenerate`, in parts), train every job on that
 file (`splitserve.train`), evaluate every job on the benches (`serving.evaluate`), tabulate them
-(`serving.ablation_report`) into `docs/results/<name>/results.json` under `tables.<table>`.
+(`serving.ablation_report`) into `docs/results/<name>/results.json` under
+`tables.<table>_<budget>`.
 
 Why subprocesses: each stage is a command a user could type by hand (the plan prints them), a
 crash in one stage cannot corrupt the next, and the trainer and serving stay siblings (neither
-imports the other). Why no state file: a stage is done when the files it writes are complete
+imports the other). Why no state file (beyond regen.json, the settings the data were made
+with): a stage is done when the files it writes are complete
 (a regenerated part is renamed only when complete, a run writes summary.json at its end, an
 evaluation writes one report per bench), so a rerun skips what is done and continues the rest
 (training resumes from its newest checkpoint). `dry_run=true` prints the plan and each stage's

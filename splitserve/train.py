@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shlex
 import shutil
 import sys
 from dataclasses import fields
@@ -27,7 +28,13 @@ from . import checkpoint as ckpt
 from .config import RunConfig, load_run_config
 from .data import load_prompts, saved_data_config
 from .target.backends import backend_class
-from .target.models import check_tokenizer, load_target_spec, prepare_target_dir
+from .target.config import RANDOM_WEIGHT_KINDS
+from .target.models import (
+    check_tokenizer,
+    load_target_spec,
+    prepare_target_dir,
+    resolve_draft,
+)
 from .topology import Topology
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
@@ -58,8 +65,8 @@ def build_topology(cfg: RunConfig, device: str) -> Topology:
     if cfg.split.colocated:
         targets = trainers = 1
     elif device == "cuda":
-        # Unset counts: the backend's measured share of the GPUs for targets (docs/bench/
-        # splits.md), or, for a backend far slower than a trainer (hf: one trainer GPU outpaces
+        # Unset counts: the backend's measured share of the GPUs for targets (docs/results/
+        # splits), or, for a backend far slower than a trainer (hf: one trainer GPU outpaces
         # dozens of its targets), every GPU but one trainer's.
         n = torch.cuda.device_count()
         targets, trainers = cfg.split.target_procs, cfg.split.trainer_procs
@@ -149,8 +156,11 @@ def prepare(cfg: RunConfig, node: Any, run_dir: Path):
     device = resolve_device(cfg)
     model_dir = prepare_target_dir(cfg.target, seed=cfg.train.seed)
     spec = load_target_spec(model_dir)
-    check_tokenizer(model_dir, spec)
-    draft = cfg.draft.resolve(spec)  # hidden size / layer ids / mask token against the target
+    tok = check_tokenizer(model_dir, spec)
+    # hidden size / layer ids / mask token (the tokenizer's reserved one) against the target; the
+    # workers build the draft from cfg.draft, so it carries the resolved mask token
+    draft = resolve_draft(cfg.draft, model_dir, spec, tok)
+    cfg.draft = dataclasses.replace(cfg.draft, mask_token_id=draft.mask_token_id)
     if cfg.train.decode_eval_prompts:
         _check_importable(cfg.train.decode_eval_probe, "train.decode_eval_probe")
     prompts = load_prompts(cfg.data)
@@ -246,6 +256,78 @@ def summarize(run_dir: Path) -> dict:
     return out
 
 
+def _num(value, spec: str) -> str:
+    return "n/a" if value is None else format(value, spec)
+
+
+def closing_table(summary: dict, random_target: bool = False) -> str:
+    """What a finished run prints: its numbers rounded for reading (summary.json keeps them
+    whole, for scripts) and the commands that come next."""
+    run_dir = summary["run_dir"]
+    tau = _num(summary["sim_tau"], ".2f")
+    if random_target:
+        tau += "  (the target has random weights: simulated tau means nothing here)"
+    evals = [
+        f"loss {_num(summary['eval_loss'], '.3f')}",
+        f"simulated tau {_num(summary['eval_sim_tau'], '.2f')}",
+    ]
+    if summary.get("eval_real_tau") is not None:
+        evals.append(f"real tau {summary['eval_real_tau']:.2f}")
+    waits = [
+        f"trainers on data {_num(summary['trainer_data_wait_frac'], '.1%')}",
+        f"targets on credit {_num(summary['target_credit_wait_frac'], '.1%')}",
+    ]
+    rows = [
+        ("steps", str(summary["steps"])),
+        ("loss", f"{_num(summary['first_loss'], '.3f')} -> {_num(summary['last_loss'], '.3f')}"),
+        ("simulated tau", tau),
+        ("held-out eval", ", ".join(evals)),
+        ("waits", ", ".join(waits)),
+        ("run dir", run_dir),
+        ("checkpoint", summary["checkpoint"] or "none (train.checkpoint_every=0)"),
+        ("summary", str(Path(run_dir) / "summary.json")),
+    ]
+    wandb_runs = sorted(Path(run_dir).glob("wandb/offline-run-*"))
+    if wandb_runs:
+        rows.append(("wandb (offline)", f"{wandb_runs[-1]} (`wandb sync` it to upload)"))
+    width = max(len(k) for k, _ in rows)
+    lines = ["training finished", *(f"  {k:<{width}}  {v}" for k, v in rows)]
+    if summary["checkpoint"]:
+        run = shlex.quote(run_dir)
+        lines += [
+            "next:",
+            f"  python -m serving.evaluate --checkpoint {run}",
+            f"  python -m serving.export --checkpoint {run} --out DIR",
+        ]
+    return "\n".join(lines)
+
+
+def interrupted_notice(run_dir: Path, steps: int, args: list[str]) -> str:
+    """The one line Ctrl-C leaves: how far the run got, what a rerun resumes from and the
+    command that does (the same overrides: a resumed run must train the same draft)."""
+    if not run_dir.is_dir():
+        return "interrupted before training started; nothing was written"
+    step = None
+    metrics = run_dir / "metrics.jsonl"
+    for line in metrics.read_text().splitlines() if metrics.is_file() else []:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue  # a line cut short
+        if record.get("event") == "start":
+            step = record.get("resumed_from") or 0
+        elif "event" not in record and "step" in record:
+            step = record["step"]
+    kept = [a for a in args if not a.startswith(("train.run_dir=", "-"))]
+    command = shlex.join(["python", "-m", "splitserve.train", *kept, f"train.run_dir={run_dir}"])
+    found = ckpt.latest_good(run_dir, log=lambda _: None)  # cheap: no read of the training state
+    if found is None:
+        where = "before training started" if step is None else f"at step {step} of {steps}"
+        return f"interrupted {where}, before any checkpoint; start it again with: {command}"
+    where = "before its first step" if step is None else f"at step {step} of {steps}"
+    return f"interrupted {where}; the newest complete checkpoint is {found}; resume with: {command}"
+
+
 def run(node: Any, run_dir: Path | None = None) -> dict:
     """Validate, prepare, train; returns the summary. `node`: the Hydra config (or a dict)."""
     from .launch import launch
@@ -260,6 +342,8 @@ def run(node: Any, run_dir: Path | None = None) -> dict:
         raise
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(ctx.config_yaml)
+    if os.environ.get("RANK", "0") == "0":
+        ckpt.remove_partial(run_dir)  # a save killed mid-write: said, not silently dropped
     if launched_by_torchrun():
         return run_as_torchrun_rank(ctx)
     if ctx.start_step < cfg.train.steps:
@@ -333,7 +417,17 @@ def main(node: DictConfig) -> None:
         _discard_if_fresh(run_dir)  # Hydra's own files may have landed after our cleanup
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)
-    print(json.dumps(summary, indent=1))
+    except KeyboardInterrupt:  # Ctrl-C: the workers are stopped (launch); one line, no traceback
+        _discard_if_fresh(run_dir)
+        run_dir = Path(OmegaConf.select(node, "train.run_dir") or run_dir)
+        steps = OmegaConf.select(node, "train.steps")
+        print(interrupted_notice(run_dir, steps, sys.argv[1:]), file=sys.stderr)
+        sys.exit(130)
+    if launched_by_torchrun():  # one rank's role, as before: no rank holds the run's numbers
+        print(json.dumps(summary))
+        return
+    random_target = OmegaConf.select(node, "target.kind") in RANDOM_WEIGHT_KINDS
+    print(closing_table(summary, random_target))
 
 
 def unknown_override(args: list[str]) -> str | None:
@@ -375,7 +469,10 @@ def unknown_override(args: list[str]) -> str | None:
 
 def cli() -> None:
     """`python -m splitserve.train`: the project's own check of the overrides, plugins named on
-    the command line imported (so `draft=<plugin arch>` is a Hydra option), then Hydra."""
+    the command line imported (so `draft=<plugin arch>` is a Hydra option), Hydra's composition
+    errors as one line with exit 2, then Hydra."""
+    from draft_models.config_io import hydra_problem
+
     from .config import import_plugins
 
     problem = unknown_override(sys.argv[1:])
@@ -388,10 +485,11 @@ def cli() -> None:
         )
     except ValueError as exc:
         problem = problem or str(exc)
+    store_hydra_configs()
+    problem = problem or hydra_problem(CONF, "config", sys.argv[1:])  # not Hydra's exit 1
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         sys.exit(2)
-    store_hydra_configs()
     main()
 
 

@@ -13,6 +13,7 @@ import functools
 import json
 import math
 import os
+import signal
 import sys
 import time
 from dataclasses import dataclass, field
@@ -25,7 +26,7 @@ from . import checkpoint as ckpt
 from .config import RunConfig, import_plugins, in_flight
 from .data import Conversation, PromptStream
 from .profiling import StepProfiler
-from .target.backends import TargetBackend, TargetSetup, make_backend
+from .target.backends import TargetBackend, TargetSetup, backend_class, make_backend
 from .target.models import load_frozen_head, load_target_spec
 from .topology import Topology
 from .trainer import DraftTrainer
@@ -33,6 +34,56 @@ from .transport import Link, SampleReceiver, open_link, serve_samples
 from .waits import WaitWatch, compile_seconds
 
 TIMEOUT = datetime.timedelta(minutes=30)
+INTERRUPTED = 130  # a worker's exit code once asked to stop (128 + SIGINT, as a shell reports it)
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class _Stop:
+    requested = False
+
+
+def _request_stop(signum, frame) -> None:
+    """Ctrl-C (which reaches every process of the group) or the launcher's SIGTERM: raised once,
+    as KeyboardInterrupt, so the finally blocks close the metrics file and wandb; a second signal
+    must not break into that cleanup."""
+    if not _Stop.requested:
+        _Stop.requested = True
+        raise KeyboardInterrupt
+
+
+def stops_quietly(main):
+    """A worker entry point that, once asked to stop, exits with INTERRUPTED and no traceback
+    (any error the stop causes, e.g. a peer's closed connection, included): one traceback per
+    process would bury the launcher's one line. (The launcher starts workers with SIGINT ignored,
+    so a Ctrl-C while one still imports leaves the stop to the launcher.)"""
+
+    @functools.wraps(main)
+    def worker(*args):
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, _request_stop)
+        try:
+            main(*args)
+        except BaseException:
+            if not _Stop.requested:
+                raise
+            _exit_now(INTERRUPTED)
+
+    return worker
+
+
+def _exit_now(code: int) -> None:
+    """Exit without the interpreter's teardown, which destroys gloo's and DeepSpeed's native
+    threads while they still wait on stopped peers (C++'s "terminate called without an active
+    exception"); multiprocessing's finalizers still run (they release its semaphores, else
+    reported as leaked), and the output is flushed."""
+    from multiprocessing import util
+
+    try:
+        util._exit_function()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
 
 
 @dataclass
@@ -66,9 +117,10 @@ class RunContext:
 
 
 def gpu_of(ctx: RunContext, role: str, index: int) -> int:
-    """Targets first, each owning tp_size GPUs (an SGLang engine spans them), then one GPU per
-    trainer; wraps around when there are fewer GPUs than workers (sharing a GPU)."""
-    tp = ctx.cfg.target.tp_size if ctx.cfg.target.backend == "sglang" else 1
+    """Targets first, each owning tp_size GPUs (a tensor-parallel backend's engine, SGLang's,
+    spans them), then one GPU per trainer; wraps around when there are fewer GPUs than workers
+    (sharing a GPU)."""
+    tp = ctx.cfg.target.tp_size if backend_class(ctx.cfg.target.backend).tensor_parallel else 1
     slot = index * tp if role == "target" else ctx.topology.num_targets * tp + index
     return slot % torch.cuda.device_count()
 
@@ -191,6 +243,7 @@ def sample_producer(target: TargetBackend, ctx: RunContext, everything: list[int
     return BatchedProducer(target.produce_stream, ctx.conversation, everything, set(ids), window)
 
 
+@stops_quietly
 def target_main(index: int, ctx: RunContext) -> None:
     """Target worker `index`: produce its samples in order and send them against credits."""
     _setup_process(ctx)
@@ -275,7 +328,9 @@ def _strict_json(value):
 
 
 class StepLog:
-    """metrics.jsonl (append-only, one line per step), wandb, and the tqdm bar of trainer 0."""
+    """metrics.jsonl (append-only, one line per step, and a start marker each time the run starts:
+    a resumed run logs the steps after its checkpoint again, and the marker says where the second
+    copy begins), wandb, and the tqdm bar of trainer 0."""
 
     def __init__(self, ctx: RunContext, total: int, start: int) -> None:
         self.path = Path(ctx.run_dir) / "metrics.jsonl"
@@ -285,6 +340,9 @@ class StepLog:
         if ctx.cfg.log.wandb_mode != "disabled":
             import wandb
 
+            # offline: silent (its files are written all the same; the closing table names
+            # them); online: quiet, which still prints the run's address
+            offline = ctx.cfg.log.wandb_mode == "offline"
             self.wandb = wandb.init(
                 project=ctx.cfg.log.wandb_project,
                 mode=ctx.cfg.log.wandb_mode,
@@ -292,9 +350,15 @@ class StepLog:
                 config={"yaml": ctx.config_yaml},
                 resume="allow",
                 id=Path(ctx.run_dir).name.replace("/", "_")[:64],
+                settings=wandb.Settings(silent=True) if offline else wandb.Settings(quiet=True),
             )
-        if start:
-            self.write({"event": "resumed", "step": start})
+        self.write(
+            {
+                "event": "start",
+                "resumed_from": start if ctx.resume_from else None,
+                "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            }
+        )
         self.bar = None
         if ctx.cfg.log.progress:
             from tqdm import tqdm
@@ -355,7 +419,7 @@ def _save_checkpoint(trainer: DraftTrainer, ctx: RunContext, step: int, rank: in
             max_shard_mb=ctx.cfg.train.weight_shard_mb,
         )
         ckpt.seal(staging, ckpt.final_dir(run_dir, step))
-        ckpt.prune(run_dir, ctx.cfg.train.keep_checkpoints)
+        ckpt.prune(run_dir, ctx.cfg.train.keep_checkpoints, ctx.cfg.train.keep_train_state)
     dist.barrier()
 
 
@@ -531,7 +595,7 @@ def _memory_record(device: torch.device) -> dict:
     """The trainer's CUDA allocator state (host-side counters, no sync). Memory that grows step
     after step, or cudaMalloc retries (each frees the cache and synchronises the device), is one
     way steps slow down over a run; logged so that a slowdown can be told apart from one of host
-    work (docs/ablations/tau_h200.md, pass 8). Empty off CUDA."""
+    work. Empty off CUDA."""
     if device.type != "cuda":
         return {}
     stats = torch.cuda.memory_stats(device)
@@ -542,6 +606,7 @@ def _memory_record(device: torch.device) -> dict:
     }
 
 
+@stops_quietly
 def trainer_main(rank: int, ctx: RunContext) -> None:
     """Trainer worker `rank`: receive samples from its targets, train with DeepSpeed."""
     _setup_process(ctx)
@@ -566,6 +631,7 @@ def trainer_main(rank: int, ctx: RunContext) -> None:
     dist.destroy_process_group()
 
 
+@stops_quietly
 def colocated_main(ctx: RunContext) -> None:
     """The single-process reference: the same target and trainer code, no transport. The target
     produces as a target worker does (`sample_producer`: the static backend's teacher forcing

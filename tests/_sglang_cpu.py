@@ -7,11 +7,12 @@ sglang directory (scripts/install_sglang_parser.sh) on its path. Prints one JSON
     server_args MODEL_DIR IDS   our backend's ServerArgs through SGLang's resolution, our sampling
                                 dict through its SamplingParams, Engine.generate's signature
 
-Two imports are stood in for, neither of them ever called here: torchvision (SGLang's multimodal
+Three imports are stood in for, none of them ever called here: torchvision (SGLang's multimodal
 config modules import it at import time; the only torchvision for this torch is a CUDA build that
-cannot load on a CPU torch) and vllm (RotaryEmbedding imports vllm's fused kernel for a later
+cannot load on a CPU torch), vllm (RotaryEmbedding imports vllm's fused kernel for a later
 `forward` on devices SGLang does not recognise; `forward_native`, which the rope check calls, is
-SGLang's own PyTorch code)."""
+SGLang's own PyTorch code) and triton (SGLang's kernel modules decorate GPU kernels with
+`triton.jit` at import time; the real package is ~1 GB and only its decorators are touched)."""
 
 import importlib.abc
 import importlib.machinery
@@ -28,8 +29,21 @@ class _AnyMeta(type):
 
 
 class _Any(metaclass=_AnyMeta):
+    """Anything: a class, a decorator (`@triton.jit`, `@triton.jit(...)`), an attribute chain."""
+
     def __init__(self, *args, **kwargs):
         pass
+
+    def __call__(self, *args, **kwargs):
+        return self
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return self
+
+    def __getitem__(self, key):
+        return self
 
 
 class _StandIn(types.ModuleType):
@@ -42,9 +56,9 @@ class _StandIn(types.ModuleType):
         return _Any
 
 
-class _TorchvisionFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+class _StandInFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def find_spec(self, name, path, target=None):
-        if name.split(".")[0] in ("torchvision", "vllm"):
+        if name.split(".")[0] in ("torchvision", "vllm", "triton"):
             return importlib.machinery.ModuleSpec(name, self, is_package=True)
         return None
 
@@ -55,7 +69,7 @@ class _TorchvisionFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         pass
 
 
-sys.meta_path.insert(0, _TorchvisionFinder())
+sys.meta_path.insert(0, _StandInFinder())
 
 
 def parse(config_path: str, vocab: str) -> dict:

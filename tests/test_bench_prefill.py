@@ -7,6 +7,7 @@ import pytest
 from conftest import run_script, script_report
 
 
+@pytest.mark.slow
 def test_the_prefill_benchmark_reports_both_paths(tmp_path):
     args = ["--samples", "6", "--group", "3", "--max-length", "24", "--repeats", "2"]
     report = script_report(tmp_path, "bench_prefill.py", *args)

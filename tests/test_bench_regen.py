@@ -3,7 +3,10 @@ every sample (target.produce_window=0, its default) is benchmarked whole. Before
 the samples into windows of `backend.window` and a window of 0 stopped it at once (seen on an
 H200)."""
 
+import pytest
 from conftest import script_report
+
+pytestmark = pytest.mark.slow  # spawns processes or decodes with the real SmolLM2
 
 
 def test_the_static_backend_regenerates_every_sample_in_one_stream(tmp_path):

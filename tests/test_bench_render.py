@@ -2,7 +2,10 @@
 every figure (the rendering costs per sample, whole and cut, and the loop inline and ahead), on
 GSM8K and on ShareGPT's multi-turn conversations."""
 
+import pytest
 from conftest import script_report
+
+pytestmark = pytest.mark.slow  # spawns processes or decodes with the real SmolLM2
 
 
 def test_the_render_benchmark_reports_its_figures(tmp_path):

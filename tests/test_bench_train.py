@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 from test_training import TINY
 
+pytestmark = pytest.mark.slow  # spawns processes or decodes with the real SmolLM2
+
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = [sys.executable, str(ROOT / "scripts" / "bench_train.py")]
 

@@ -53,6 +53,7 @@ def test_resolve_fills_target_defaults():
         (dict(sequential_head="lstm"), "sequential_head", "markov, gated, rnn, none"),
         (dict(hidden_size=48), "hidden_size", "target hidden size 32"),
         (dict(mask_token_id=97), "mask_token_id", "[0, 96]"),
+        (dict(mask_token_id=-1), "mask_token_id", "null (the target tokenizer's reserved token)"),
         (dict(arch="dflash"), "sequential_head", "'none' for arch=dflash"),
         (dict(num_key_value_heads=3), "num_key_value_heads", "divisor"),
         (dict(sliding_window=2), "sliding_window", ">= block_size"),
@@ -129,6 +130,22 @@ def test_draft_yaml_mirrors_the_dataclass_and_resolves(name):
 
 def test_default_yaml_equals_dataclass_defaults():
     assert load_draft_config(compose_draft()) == DraftConfig()
+
+
+def test_run_yaml_mirrors_keep_train_state_and_the_null_mask_token():
+    """conf/config.yaml's train section has every TrainConfig field (keep_train_state included,
+    checked >= 1); the mask token defaults to null in both places (the tokenizer's, at prepare)."""
+    from test_training import compose_cfg
+
+    from splitserve.config import TrainConfig, load_run_config
+
+    conf = yaml.safe_load((CONF / "config.yaml").read_text())
+    assert set(conf["train"]) == {f.name for f in dataclasses.fields(TrainConfig)}
+    assert conf["train"]["keep_train_state"] == TrainConfig().keep_train_state == 2
+    assert conf["draft"]["mask_token_id"] is None and DraftConfig().mask_token_id is None
+    assert load_run_config(compose_cfg(["train.keep_train_state=1"])).train.keep_train_state == 1
+    with pytest.raises(ValueError, match=r"train.keep_train_state=0 is invalid; allowed: an int"):
+        load_run_config(compose_cfg(["train.keep_train_state=0"]))
 
 
 def test_unknown_config_key_is_named():

@@ -14,6 +14,8 @@ from conftest import random_sample, tiny_config, tiny_head, tiny_target
 
 from splitserve.config import TrainConfig
 
+pytestmark = pytest.mark.slow  # spawns processes or decodes with the real SmolLM2
+
 # Samples of very different supervised lengths: rank 0 gets the two short ones, rank 1 the long
 # ones, so per-rank means would weigh tokens differently from the global mean.
 SAMPLES = [(24, 18), (20, 14), (64, 10), (56, 8)]  # (length, first assistant position)

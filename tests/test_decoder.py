@@ -128,6 +128,7 @@ def test_target_only_decoding_is_plain_greedy():
 
 
 @pytest.mark.parametrize("arch", ["dspark", "eagle3"])
+@pytest.mark.slow
 def test_sampling_matches_the_target_distribution(arch):
     """Tiny vocabulary, 2 new tokens: the empirical law of (x1, x2) under speculative sampling
     equals the target's exact law (chi-square, fixed seeds). On the static runtime: the fused

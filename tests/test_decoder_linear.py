@@ -2,6 +2,7 @@
 bailing_hybrid (random weights, fp32 CPU, transformers' pure-torch KDA), whose recurrent state
 cannot be cropped and is staged per position instead."""
 
+import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
@@ -11,6 +12,8 @@ from serving.scheduler import SchedulerConfig
 from splitserve.target.embedded import ensure_ling3_mini
 from splitserve.target.linear_state import linear_layers
 from splitserve.target.models import load_frozen_head
+
+pytestmark = pytest.mark.slow  # spawns processes or decodes with the real SmolLM2
 
 
 def test_kda_target_greedy_equals_target_only_greedy(tmp_path):

@@ -70,6 +70,7 @@ def checkpoint(tmp_path_factory):
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+@pytest.mark.slow
 def test_export_writes_the_sglang_contract_and_reloads_bit_exactly(checkpoint, tmp_path, dtype):
     out = export(checkpoint, tmp_path / "draft", dtype=dtype)
     config = json.loads((out / "config.json").read_text())
@@ -155,12 +156,14 @@ def test_launch_command_for_an_exported_draft(checkpoint, tmp_path, capsys):
         )
     )
     out = export(checkpoint, tmp_path / "d", sps=sps, sts=sts)
-    assert launch_main(["--target", "/models/t", "--draft", str(out), "--tp-size", "4"]) == 0
+    target = tmp_path / "models" / "t"
+    target.mkdir(parents=True)
+    assert launch_main(["--target", str(target), "--draft", str(out), "--tp-size", "4"]) == 0
     line = capsys.readouterr().out.strip()
-    assert line.startswith("SGLANG_RAGGED_VERIFY_MODE=compact ")
+    assert line.startswith("SGLANG_RAGGED_VERIFY_MODE=compact python -m sglang.launch_server ")
     for flag in (
         "-m sglang.launch_server",
-        "--model-path /models/t",
+        f"--model-path {target}",
         "--speculative-algorithm DSPARK",
         f"--speculative-draft-model-path {out}",
         "--speculative-dspark-block-size 4",
@@ -169,10 +172,77 @@ def test_launch_command_for_an_exported_draft(checkpoint, tmp_path, capsys):
         f"--speculative-dspark-confidence-sts-path {out}/sts.json",
     ):
         assert flag in line
-    assert launch_main(["--target", "/models/t", "--draft", str(tmp_path)]) == 2
+    assert launch_main(["--target", str(target), "--draft", str(tmp_path)]) == 2
     assert "is missing" in capsys.readouterr().err
 
 
+def test_export_cli_lists_its_files_and_the_command_that_serves_them(checkpoint, tmp_path, capsys):
+    from serving.launch import build_command, shell_line
+
+    out = tmp_path / "d"
+    assert main(["--checkpoint", str(checkpoint), "--out", str(out)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "files written:" and lines[-1] == f"wrote {out}"
+    listed = {line.split()[0]: line.split()[1:] for line in lines[1:3]}
+    assert set(listed) == {"config.json", "model.safetensors"}
+    kib = (out / "config.json").stat().st_size / 2**10  # over 1 KiB: 25-odd fields
+    assert listed["config.json"] == [f"{kib:.1f}", "KiB"]
+    mib = (out / "model.safetensors").stat().st_size / 2**20
+    assert listed["model.safetensors"] == [f"{mib:.1f}", "MiB"]
+    # launch's own command, for the target the draft was trained against, run by SGLang's python
+    model_dir = read_draft(checkpoint).model_dir
+    assert lines[-2].strip() == shell_line(*build_command(str(model_dir), out))
+    assert lines[-2].strip().startswith("python -m sglang.launch_server --model-path ")
+
+
+def corrupted(src, dst, name: str, text: str):
+    """A copy of checkpoint `src` whose file `name` holds `text`, sealed again (its sizes
+    recorded), so only the reading of that file can fail."""
+    from splitserve.checkpoint import seal
+
+    staging = dst.with_name(dst.name + ".staging")
+    shutil.copytree(src, staging)
+    (staging / "COMPLETE").unlink()
+    (staging / name).write_text(text)
+    seal(staging, dst)
+    return dst
+
+
+def test_a_file_that_is_not_json_is_named_by_every_cli(checkpoint, tmp_path, capsys):
+    """Invalid JSON in a checkpoint's files: export, generate and evaluate (and a draft/ folder
+    alone) exit 2 naming the file and the place, not with a bare JSON parser message."""
+    from serving.evaluate import main as evaluate_main
+    from serving.generate import main as generate_main
+
+    bad = '{"arch": "dspark",\n "block_size" 4}'
+    ckpt = corrupted(checkpoint, tmp_path / "step-00000001", "draft/draft_config.json", bad)
+    named = f"draft config {ckpt / 'draft' / 'draft_config.json'}: not valid JSON ("
+    place = "Expecting ':' delimiter, line 2 column 15)"
+    runs = {
+        "export": lambda c: main(["--checkpoint", str(c), "--out", str(tmp_path / "o")]),
+        "generate": lambda c, *t: generate_main(["--checkpoint", str(c), "--prompt", "hi", *t]),
+        "evaluate": lambda c, *t: evaluate_main(
+            ["--checkpoint", str(c), "--bench", "gsm8k", "--limit", "1", "--out", str(tmp_path)]
+            + list(t)
+        ),
+    }
+    for name, cli in runs.items():
+        assert cli(ckpt) == 2, name
+        err = capsys.readouterr().err
+        assert named in err and place in err and err.count("\n") == 1, (name, err)
+    alone = tmp_path / "draft"
+    shutil.copytree(ckpt / "draft", alone)
+    target = str(read_draft(checkpoint).model_dir)
+    assert runs["generate"](alone, "--target", target) == 2
+    assert f"draft config {alone / 'draft_config.json'}: not valid JSON" in capsys.readouterr().err
+    ckpt = corrupted(checkpoint, tmp_path / "step-00000002", "meta.json", '{"step": 1,}')
+    assert runs["export"](ckpt) == 2 and runs["generate"](ckpt) == 2
+    err = capsys.readouterr().err
+    assert err.count(f"checkpoint meta {ckpt / 'meta.json'}: not valid JSON") == 2, err
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.slow
 def test_generate_cli_is_lossless_and_checks_its_target(checkpoint, tmp_path, capsys):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -230,6 +300,9 @@ def test_generate_refuses_a_malformed_sts_file(checkpoint, tmp_path, capsys):
     sts.write_text("[1.0, 1.0]")
     assert generate_main(["--checkpoint", checkpoint, "--prompt", "hi", "--sts", str(sts)]) == 2
     assert f"STS file {sts}: expected 'temperatures', 4 numbers > 0" in capsys.readouterr().err
+    sts.write_text('{"temperatures": [1.0, 1.0,]}')  # not JSON at all: the file still named
+    assert generate_main(["--checkpoint", checkpoint, "--prompt", "hi", "--sts", str(sts)]) == 2
+    assert f"STS file {sts}: not valid JSON (" in capsys.readouterr().err
 
 
 def variant_checkpoint(base, dst, **fields):
@@ -265,6 +338,7 @@ def sglang_json(res):
 
 
 @pytest.mark.parametrize("head", ["markov", "gated", "rnn"])
+@pytest.mark.slow
 def test_sglang_0_5_23_parses_the_exported_config(checkpoint, tmp_path, sglang_site, head):
     """SGLang's own parse_dspark_draft_config / resolve_runtime_config read what we export, for
     every sequential head type."""
@@ -321,6 +395,7 @@ def test_exported_weight_modules_exist_in_sglang_draft_classes(
 
 
 @pytest.mark.parametrize("rope,rotary_dim", [("full", 64), ("partial", 32), ("interleaved", 64)])
+@pytest.mark.slow
 def test_every_rope_variant_is_served_as_trained(
     checkpoint, tmp_path, sglang_site, rope, rotary_dim
 ):

@@ -9,7 +9,10 @@ from test_losses import _train_batch
 from draft_models import DraftOutput, LossConfig, distillation_loss
 from draft_models.loss_kernels import torch_terms, triton_terms
 
-pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+]
 CUDA = torch.device("cuda")
 
 

@@ -11,7 +11,10 @@ from conftest import random_sample, replace_sample
 from draft_models import pack_sequences
 from draft_models.packing import host_tokens
 
-pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+]
 CUDA = torch.device("cuda")
 ARGS = dict(num_anchors=24, block_size=7, num_slots=8, mask_token_id=5, seed=3)
 

@@ -14,7 +14,10 @@ from serving.evaluate import _decode
 from splitserve.target.runtime import StaticEngine
 from splitserve.target.runtime.graphs import capture_seconds
 
-pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+]
 CUDA = torch.device("cuda")
 
 

@@ -5,12 +5,15 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
 from conftest import run_script
 from test_data import _chat_rows
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 
 from held_out_prompts import main  # noqa: E402  (scripts/)
+
+pytestmark = pytest.mark.slow  # spawns processes or decodes with the real SmolLM2
 
 
 def test_writes_the_held_out_prompts_less_those_trained_on(tmp_path, capsys):

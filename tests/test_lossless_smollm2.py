@@ -20,6 +20,8 @@ from splitserve.target.chat import prompt_ids
 from splitserve.target.embedded import ensure_smollm2
 from splitserve.target.models import load_frozen_head
 
+pytestmark = pytest.mark.slow  # spawns processes or decodes with the real SmolLM2
+
 NEW_TOKENS, PROMPTS = 128, 20
 FULL = os.environ.get("SPLITSERVE_FULL_LOSSLESS") == "1"
 KINDS = {

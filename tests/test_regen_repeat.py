@@ -62,6 +62,7 @@ def test_compare_finds_the_first_moved_state_and_the_first_parted_token():
     }
 
 
+@pytest.mark.slow
 def test_fp32_regeneration_on_cpu_repeats_itself_bit_for_bit(tmp_path):
     args = ["--samples", "6", "--sdpa", "math", "--device", "cpu", *TINY]
     out = tmp_path / "report.json"

@@ -4,11 +4,14 @@ then trained on by a run that does not regenerate (the real SmolLM2 target on CP
 import json
 from types import SimpleNamespace
 
+import pytest
 import torch
 from test_training import SMOL_GPU_SHRUNK, SMOL_GPU_STEPS, compose_cfg
 
 from splitserve.regenerate import answer_row, compose_run_config, main, target_and_stream
 from splitserve.train import run
+
+pytestmark = pytest.mark.slow  # spawns processes or decodes with the real SmolLM2
 
 # the rendered prompts of samples 0..5 are 57, 95, 101, 94, 137, 61 tokens long: 2 and 4 are
 # longer than max_prompt_tokens here

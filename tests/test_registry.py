@@ -47,6 +47,7 @@ def test_registry_defaults_apply_to_unset_fields():
     )
 
 
+@pytest.mark.slow
 def test_a_toy_architecture_trains_decodes_losslessly_and_is_refused_by_export(tmp_path):
     """Registered from tests/toy_arch.py only: two training steps through the real command line
     (`plugins=[toy_arch] draft=toy`: worker processes, gloo, DeepSpeed, the plugin imported in

@@ -241,8 +241,8 @@ def test_a_compiled_step_writes_the_cache_in_place():
     """Under torch.compile the cache writes stay in place: outputs and caches equal the eager
     step's, and the generated code allocates no buffer that spans the cache's positions (the
     step attends over 16 of its 48). A write into a view of one stacked [layers, ...] cache had
-    been turned into a copy of each layer's cache and a rewrite of the whole cache on every step
-    (docs/ablations/tau_h200.md, pass 13)."""
+    been turned into a copy of each layer's cache and a rewrite of the whole cache on every
+    step."""
     from torch._inductor.utils import run_and_get_code
 
     model = tiny(num_hidden_layers=2).float()

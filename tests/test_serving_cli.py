@@ -14,6 +14,8 @@ from serving.evaluate import main as evaluate_main
 from serving.generate import main as generate_main
 from splitserve.train import run
 
+pytestmark = pytest.mark.slow  # spawns processes or decodes with the real SmolLM2
+
 
 def one_step_checkpoint(run_dir, *extra):
     return run(compose_cfg(TINY + ["train.steps=1", "train.checkpoint_every=1", *extra]), run_dir)[
@@ -50,6 +52,7 @@ def test_evaluate_writes_the_report_and_plot(dspark_ckpt, tmp_path, capsys):
             "0.05",
             "--out",
             str(tmp_path),
+            "--json",  # the reports as JSON lines, for scripts
         ]
     )
     assert rc == 0
@@ -59,7 +62,7 @@ def test_evaluate_writes_the_report_and_plot(dspark_ckpt, tmp_path, capsys):
     assert report == printed[0]
     assert report["command"] == (  # what reproduces it
         f"python -m serving.evaluate --checkpoint {dspark_ckpt} --bench gsm8k,humaneval --limit 1 "
-        f"--max-new-tokens 12 --scheduler threshold --threshold 0.05 --out {tmp_path}"
+        f"--max-new-tokens 12 --scheduler threshold --threshold 0.05 --out {tmp_path} --json"
     )
     assert report["identical_to_target_only"] == "1/1"  # greedy: lossless
     assert len(report["acceptance_by_position"]) == 4 and report["tau"] >= 1.0
@@ -85,6 +88,7 @@ def test_evaluate_decodes_eagle3_with_sampling(eagle3_ckpt, tmp_path, capsys):
             "1.0",
             "--out",
             str(tmp_path),
+            "--json",
         ]
     )
     assert rc == 0
@@ -458,7 +462,7 @@ def test_the_acceptance_plot_marks_unreached_positions(tmp_path):
 
 
 def test_the_ablation_plot_names_each_job_by_its_varied_overrides(tmp_path):
-    # its labels once joined every override's value (pass 16's plots: unreadable)
+    # its labels once joined every override's value (the plots were unreadable)
     from serving.ablation_report import plot
 
     shared = ["+recipe=smol_gpu", "train.steps=1875"]
@@ -476,11 +480,28 @@ def test_evaluate_over_processes_adds_up_to_one_process(dspark_ckpt, tmp_path, c
     (tau, acceptance, tokens) as one process; --no-baseline skips target-only decoding."""
     common = ["--checkpoint", str(dspark_ckpt), "--bench", "gsm8k,mtbench", "--limit", "3"]
     common += ["--max-new-tokens", "8", "--no-plot", "--device", "cpu"]
+    capsys.readouterr()
     assert evaluate_main(common + ["--out", str(tmp_path / "one")]) == 0
+    tables = {"one": capsys.readouterr().out.splitlines()}
     assert (
         evaluate_main(common + ["--procs", "2", "--no-baseline", "--out", str(tmp_path / "two")])
         == 0
     )
+    tables["two"] = capsys.readouterr().out.splitlines()
+    # the printed table: a row per bench, speedup and identical outputs only where measured
+    assert tables["one"][0].split() == ["bench", "items", "tau"] + [
+        f"acc@{k}" for k in (1, 2, 3, 4)
+    ] + ["speedup", "identical"]
+    assert tables["two"][0].split()[-1] == "acc@4" and len(tables["two"]) == 4
+    assert tables["two"][3].startswith("note: 2 processes decoded at once")
+    for name, table in tables.items():
+        for bench, row in zip(("gsm8k", "mtbench"), table[1:3], strict=True):
+            rep = json.loads((tmp_path / name / f"{bench}.json").read_text())
+            acc = ["-" if a is None else f"{a:.2f}" for a in rep["acceptance_by_position"]]
+            cells = [bench, str(rep["items"]), f"{rep['tau']:.2f}", *acc]
+            if name == "one":
+                cells += [f"{rep['speedup']:.2f}x", rep["identical_to_target_only"]]
+            assert row.split() == cells, (name, row)
     for bench in ("gsm8k", "mtbench"):
         one = json.loads((tmp_path / "one" / f"{bench}.json").read_text())
         two = json.loads((tmp_path / "two" / f"{bench}.json").read_text())
@@ -614,6 +635,9 @@ def test_evaluate_serves_an_exported_draft_with_the_target_named(dspark_ckpt, tm
     (tmp_path / "bad.json").write_text('{"temperatures": [1.0]}')
     assert calibrate_main(score[:5] + [str(tmp_path / "bad.json")] + score[6:]) == 2
     assert "expected 'temperatures', 4 numbers > 0" in capsys.readouterr().err
+    (tmp_path / "bad.json").write_text('{"temperatures": [1.0, 1.0,, 1.0, 1.0]}')  # not JSON
+    assert calibrate_main(score[:5] + [str(tmp_path / "bad.json")] + score[6:]) == 2
+    assert f"STS file {tmp_path / 'bad.json'}: not valid JSON (" in capsys.readouterr().err
     argv = ["--checkpoint", str(exported), "--target", target, "--prompt", "Hi", "--json"]
     assert generate_main(argv + ["--max-new-tokens", "4"]) == 0
     assert len(json.loads(capsys.readouterr().out.splitlines()[-1])["token_ids"]) <= 4
@@ -671,3 +695,21 @@ def test_a_prompts_file_without_prompts_is_named(tmp_path):
     system_only.write_text(json.dumps({"messages": [{"role": "system", "content": "Hi"}]}) + "\n")
     with pytest.raises(ValueError, match="conversation 1 has no user message"):
         load_prompt_set(system_only, tmp_path, None)
+
+
+def test_evaluate_warns_that_a_random_weight_target_measures_nothing(tmp_path, capsys):
+    """A draft trained against a random-weight mini (target.kind=ling3_mini, a test target):
+    its tau and acceptance are printed with a warning that they mean nothing; a trained target
+    gets none (the other evaluations here)."""
+    ckpt = one_step_checkpoint(tmp_path / "run", "target=ling3_mini")
+    argv = ["--checkpoint", str(ckpt), "--bench", "gsm8k", "--limit", "1"]
+    argv += ["--max-new-tokens", "6", "--no-plot", "--no-baseline"]
+    capsys.readouterr()
+    assert evaluate_main(argv + ["--out", str(tmp_path / "a")]) == 0
+    out, err = capsys.readouterr()
+    warning = "warning: the target has random weights (target.kind=ling3_mini)"
+    assert out.splitlines()[0].startswith("bench ") and out.splitlines()[-1].startswith(warning)
+    assert warning in err  # also before the decoding starts
+    assert evaluate_main(argv + ["--out", str(tmp_path / "b"), "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["bench"] == "gsm8k" and warning in err  # stdout stays JSON

@@ -13,6 +13,7 @@ from splitserve.target.config import TargetConfig
 from splitserve.target.embedded import ensure_smollm2
 
 
+@pytest.mark.slow
 def test_server_args_pass_sglangs_own_resolution(sglang_site):
     """DSPARK without a draft path plus --enable-return-aux-hidden-states is SGLang's capture-only
     mode: the whole resolution pipeline accepts our arguments for a real model directory."""

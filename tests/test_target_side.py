@@ -17,6 +17,7 @@ def smol_dir(tmp_path_factory):
     return ensure_smollm2(tmp_path_factory.mktemp("cache"))
 
 
+@pytest.mark.slow
 def test_smollm2_converts_once_and_generates_like_the_gguf(smol_dir, tmp_path_factory):
     tok = AutoTokenizer.from_pretrained(smol_dir)
     model = AutoModelForCausalLM.from_pretrained(smol_dir, dtype=torch.float32).eval()
@@ -47,6 +48,7 @@ def test_smollm2_converts_once_and_generates_like_the_gguf(smol_dir, tmp_path_fa
     )
 
 
+@pytest.mark.slow
 def test_an_interrupted_conversion_is_redone(tmp_path):
     dest = tmp_path / "smollm2-135m-instruct-float32"
     dest.mkdir()
@@ -180,6 +182,7 @@ def test_trainer_reads_exactly_the_targets_embedding_and_lm_head(kind, smol_dir)
     assert tied == (kind == "smollm2")
 
 
+@pytest.mark.slow
 def test_batched_regeneration_matches_one_at_a_time(smol_dir):
     """Greedy: one left-padded generate call over prompts of different lengths gives each sample
     the tokens, loss mask and captured states of unbatched regeneration."""
@@ -288,6 +291,7 @@ def test_samples_waiting_past_the_device_limit_wait_in_host_memory():
     assert [int(s.aux_hidden[0, 0]) for s in got] == [0, 1, 2, 3, 4]
 
 
+@pytest.mark.slow
 def test_regeneration_is_seeded_by_sample_id_in_any_process(smol_dir):
     """Sampling at temperature 1: two fresh backends (as a run and its resumed continuation would
     build) regenerate sample g identically; another id gives another answer."""
@@ -324,6 +328,7 @@ def _backend(smol_dir, name, cfg, layer_ids=(3, 15), seed=0, lengths=(200, 150))
 
 
 @pytest.mark.parametrize("lengths", [(200, 150), (60, 80)])
+@pytest.mark.slow
 def test_static_backend_regenerates_and_captures_as_the_hf_backend(smol_dir, lengths):
     """Greedy on the real SmolLM2, five prompts through two slots (refill): the static runtime's
     answers, loss masks and captured states (stored while generating) equal the hf backend's
@@ -348,6 +353,7 @@ def test_static_backend_regenerates_and_captures_as_the_hf_backend(smol_dir, len
         assert s.input_ids.numel() <= lengths[0]
 
 
+@pytest.mark.slow
 def test_static_backend_samples_depend_only_on_their_seed(smol_dir):
     """Temperature 1, top_p 0.9: sample g is the same token for token whether it is generated
     alone, beside other samples, in another slot or by a fresh backend (a resumed run); another

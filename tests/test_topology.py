@@ -31,7 +31,7 @@ def test_each_route_carries_samples_in_the_order_they_are_consumed(targets, trai
 
 def test_held_out_ids_are_named_as_prompts_in_logs():
     """A target's wait notice names the sample it holds; the held-out ones (ids -1, -2, ...,
-    sent first) read as prompts 1, 2, ..., not as a sample -1 (pass 26's log)."""
+    sent first) read as prompts 1, 2, ..., not as a sample -1 (as a training log once had it)."""
     t = Topology(1, 1, samples_per_trainer_step=2, num_eval=2)
     first = list(t.target_samples(0, 0, 1))
     assert [sample_name(g) for g in first] == [

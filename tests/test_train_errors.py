@@ -139,6 +139,7 @@ def test_a_failed_start_never_touches_an_earlier_run(tmp_path):
     assert (run_dir / "checkpoints" / "step-00000002").is_dir()
 
 
+@pytest.mark.slow
 def test_an_unknown_override_is_named_with_the_nearest_keys_on_the_first_try(tmp_path):
     """Not Hydra's "use +train.nosuchkey=1" (which leads to a second error): the project's own
     message, before anything is composed or written."""

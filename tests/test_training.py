@@ -21,6 +21,8 @@ from hydra import compose, initialize_config_dir
 
 from splitserve.train import run
 
+pytestmark = pytest.mark.slow  # spawns processes or decodes with the real SmolLM2
+
 ROOT = Path(__file__).resolve().parents[1]
 TINY = [
     "draft.num_layers=1",
@@ -99,6 +101,8 @@ def test_disaggregated_training_equals_single_process(tmp_path, backend):
     records = [
         json.loads(line) for line in (tmp_path / "split/metrics.jsonl").read_text().splitlines()
     ]
+    assert [r["resumed_from"] for r in records if r.get("event") == "start"] == [None]
+    records = [r for r in records if "event" not in r]  # the steps
     # compilation time is logged apart from the step (none on CPU: flex is not compiled here)
     assert all(0.0 <= r["compile_s"] <= r["step_s"] for r in records)
     prof = json.loads((tmp_path / "split/profile/trainer0.json").read_text())
@@ -196,7 +200,11 @@ def test_resume_after_sigkill_matches_an_uninterrupted_run(tmp_path):
     resumed = _cli(overrides, killed)
     out, _ = resumed.communicate(timeout=300)
     assert resumed.returncode == 0, out
-    assert '"event": "resumed", "step": 2' in (killed / "metrics.jsonl").read_text()
+    records = [json.loads(x) for x in (killed / "metrics.jsonl").read_text().splitlines()]
+    marks = [r for r in records if r.get("event") == "start"]
+    # one marker a start; the steps after it (3 and on) are the second copy of what step 3 logged
+    assert [m["resumed_from"] for m in marks] == [None, 2] and all(m["time"] for m in marks)
+    assert [r["step"] for r in records[records.index(marks[1]) + 1 :]] == [3, 4, 5]
     # one line on the console names the checkpoint and the step; no DeepSpeed accelerator notice,
     # no empty Hydra log file
     assert f"resuming from {killed / 'checkpoints' / 'step-00000002'} (step 2 of 5)" in out
@@ -206,6 +214,25 @@ def test_resume_after_sigkill_matches_an_uninterrupted_run(tmp_path):
     assert sorted(b) == [1, 2, 3, 4, 5]
     for step in (3, 4, 5):
         assert b[step] == pytest.approx(a[step], rel=1e-5, abs=1e-5)
+    # it ends with a short table and the next commands, not a JSON dump; summary.json keeps
+    # every key whole
+    summary = json.loads((killed / "summary.json").read_text())
+    assert list(summary) == [
+        "run_dir", "steps", "first_loss", "last_loss", "sim_tau", "eval_sim_tau", "eval_loss",
+        "eval_real_tau", "trainer_data_wait_frac", "target_credit_wait_frac", "checkpoint",
+        "draft_params",
+    ]  # fmt: skip
+    table = out[out.index("training finished") :].splitlines()
+    assert "  steps          5" in table
+    assert f"  loss           {summary['first_loss']:.3f} -> {summary['last_loss']:.3f}" in table
+    assert f"  checkpoint     {killed / 'checkpoints' / 'step-00000005'}" in table
+    assert any(line.startswith("  waits          trainers on data ") for line in table)
+    assert table[-3:] == [
+        "next:",
+        f"  python -m serving.evaluate --checkpoint {killed}",
+        f"  python -m serving.export --checkpoint {killed} --out DIR",
+    ]
+    assert '"first_loss"' not in out and "random weights" not in out
 
 
 def test_smol_gpu_recipe_holds_its_budget_and_runs_shrunk_on_cpu(tmp_path):
@@ -227,30 +254,37 @@ def test_smol_gpu_recipe_holds_its_budget_and_runs_shrunk_on_cpu(tmp_path):
 
 
 def test_ling3_recipe_runs_on_the_mini_target(tmp_path):
-    summary = run(
-        compose_cfg(
-            [
-                "+recipe=ling3",
-                "target=ling3_mini",
-                "split.trainer_procs=1",
-                "train.steps=2",
-                "train.grad_accum=2",
-                "train.num_anchors=8",
-                "train.checkpoint_every=2",
-                "train.threads_per_proc=1",
-                "data.max_length=80",
-                "data.max_prompt_tokens=48",
-                "data.eval_prompts=1",
-                "data.sources=[{kind:gsm8k,path:null,limit:20,weight:1}]",
-                "log.wandb_mode=disabled",
-                "log.progress=false",
-            ]
-        ),
-        tmp_path / "ling",
+    from splitserve.target.config import RANDOM_WEIGHT_KINDS
+    from splitserve.train import closing_table
+
+    node = compose_cfg(
+        [
+            "+recipe=ling3",
+            "target=ling3_mini",
+            "split.trainer_procs=1",
+            "train.steps=2",
+            "train.grad_accum=2",
+            "train.num_anchors=8",
+            "train.checkpoint_every=2",
+            "train.threads_per_proc=1",
+            "data.max_length=80",
+            "data.max_prompt_tokens=48",
+            "data.eval_prompts=1",
+            "data.sources=[{kind:gsm8k,path:null,limit:20,weight:1}]",
+            "log.wandb_mode=disabled",
+            "log.progress=false",
+        ]
     )
+    summary = run(node, tmp_path / "ling")
     assert summary["steps"] == 2
     draft_cfg = json.loads(Path(summary["checkpoint"], "draft", "draft_config.json").read_text())
     assert draft_cfg["target_layer_ids"] == [1, 2, 4] and draft_cfg["num_layers"] == 3
+    # its tokenizer is SmolLM2's: the same reserved mask token (its pad token is eos)
+    assert draft_cfg["mask_token_id"] == 16
+    # what the command line prints (main: the composed target.kind): simulated tau against a
+    # random target is flagged
+    table = closing_table(summary, random_target=node.target.kind in RANDOM_WEIGHT_KINDS)
+    assert "(the target has random weights: simulated tau means nothing here)" in table
 
 
 def test_hydra_multirun_ablation_and_its_report(tmp_path, capsys):
@@ -339,7 +373,7 @@ def test_hydra_multirun_ablation_and_its_report(tmp_path, capsys):
     assert [r["sim tau (train eval)"] for r in bare] == [
         r["sim tau (train eval)"] for r in rows[:2]
     ]
-    # as committed under docs/ablations: the metrics gzipped
+    # results kept without weights may hold the metrics gzipped
     metrics = copied / "0" / "metrics.jsonl"
     with gzip.open(metrics.with_suffix(".jsonl.gz"), "wt") as f:
         f.write(metrics.read_text())

@@ -2,10 +2,11 @@
 `serve_samples` and `SampleReceiver`, samples arrive in the trainer's order, and the receiver
 retires its credit sends as it goes. Before, it kept every credit it had ever granted (a gloo
 send never reports completion unless waited on) and scanned them all on each sample, so a long
-run's steps grew slower and slower (seen on one H200, docs/ablations/tau_h200.md pass 8)."""
+run's steps grew slower and slower (seen on one H200)."""
 
 import datetime
 
+import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
@@ -13,6 +14,8 @@ import torch.multiprocessing as mp
 from draft_models import SequenceSample
 from splitserve.launch import free_ports
 from splitserve.transport import SampleReceiver, open_link, serve_samples
+
+pytestmark = pytest.mark.slow  # spawns processes or decodes with the real SmolLM2
 
 SAMPLES = 600  # from target 0; target 1 sends 2, fewer than the window
 WINDOW = 3

@@ -1,14 +1,13 @@
 """Host work done ahead, in a background thread, while the caller waits for its device.
 
 Why: a target worker renders each conversation's chat template and tokenizes it (0.58 ms a GSM8K
-sample of 222 tokens with its loss mask, for SmolLM2 on one CPU core: docs/bench/render_cpu.json;
-5.04 ms a ShareGPT conversation cut to 1,024 tokens: render_sharegpt_cpu.json),
+sample of 222 tokens with its loss mask, for SmolLM2 on one CPU core;
+5.04 ms a ShareGPT conversation cut to 1,024 tokens: docs/results/runtime_h200, cpu),
 then waits for its GPU and for the sends to its trainer. Rendering in the same thread puts it on
 the target's critical path, and on one H200 the target, not the trainer, set the pace of training
-(docs/ablations/tau_h200.md, pass 14). Those waits release the GIL, so a thread that renders the
+(docs/results/splits). Those waits release the GIL, so a thread that renders the
 next samples meanwhile takes the rendering off that path: on one H200 a teacher-forced worker's
-loop ran 72.75 samples/s inline and 89.05 ahead (medians of two rounds in rotated order:
-docs/bench/prefill_h200.json).
+loop ran 72.75 samples/s inline and 89.05 ahead (medians of two rounds in rotated order).
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ from typing import Any
 import torch
 
 TARGET_KINDS = ("smollm2", "path", "ling3_mini")
+RANDOM_WEIGHT_KINDS = ("ling3_mini",)  # target.kind values built with random weights
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 

@@ -8,13 +8,15 @@ user's directory. Trainers read only the embedding and LM head (`load_frozen_hea
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
+import json
 from pathlib import Path
 
 import torch
 
-from draft_models import FrozenTargetHead, TargetSpec
+from draft_models import DraftConfig, FrozenTargetHead, TargetSpec
 
 from .config import TargetConfig, resolve_dtype
 from .embedded import ensure_ling3_mini, ensure_smollm2
@@ -69,6 +71,65 @@ def check_tokenizer(model_dir: Path, spec: TargetSpec):
     if not getattr(tok, "chat_template", None):
         raise ValueError(f"tokenizer in {model_dir} has no chat template")
     return tok
+
+
+def reserved_mask_token(tok) -> int | None:
+    """The token DSpark's mask slots hold (SGLang reads its id from the draft's config.json): one
+    the target never has to predict and chat never emits, as DFlash and DeepSpec reserve a special
+    token. The tokenizer's own mask token if it has one; else its last added special token that is
+    neither bos, eos, pad nor unk and that the chat template never writes (tokenizers append
+    their reserved and code-only tokens last: SmolLM2's <empty_output>, 16; Llama 3's
+    <|reserved_special_token_247|>); else its pad, then unk token where distinct from eos and bos.
+    None when it has none of these."""
+    if getattr(tok, "mask_token_id", None) is not None:
+        return int(tok.mask_token_id)
+    named = {getattr(tok, f"{n}_token_id", None) for n in ("bos", "eos", "pad", "unk")}
+    template = tok.chat_template or ""
+    if not isinstance(template, str):  # named templates: every one of them
+        template = json.dumps(template, ensure_ascii=False)  # tokens as written, not \u-escaped
+    for tid, added in sorted(tok.added_tokens_decoder.items(), reverse=True):
+        if added.special and tid not in named and added.content not in template:
+            return int(tid)
+    ends = {tok.eos_token_id, tok.bos_token_id}
+    for tid in (tok.pad_token_id, tok.unk_token_id):
+        if tid is not None and tid not in ends:
+            return int(tid)
+    return None
+
+
+def resolve_draft(draft: DraftConfig, model_dir: Path, spec: TargetSpec, tok=None) -> DraftConfig:
+    """`draft.resolve(spec)` with its mask token checked against the target's tokenizer (`tok`,
+    loaded from `model_dir` if not given): null takes `reserved_mask_token`; an explicit id that
+    is an ordinary text token is refused, since the draft would read each mask slot as that
+    word. Every place that resolves a draft against a target calls this."""
+    if tok is None:
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(model_dir)
+    mask = draft.mask_token_id
+    if mask is None:
+        mask = reserved_mask_token(tok)
+        if mask is None:
+            raise ValueError(
+                f"draft.mask_token_id=null: the tokenizer of the target {model_dir} has no mask, "
+                "reserved special, pad or unk token to use; set draft.mask_token_id to a token "
+                "id chat never emits"
+            )
+    elif 0 <= mask < len(tok) and not (
+        mask in tok.added_tokens_decoder and tok.added_tokens_decoder[mask].special
+    ):  # an ordinary token, or an added one the model emits as text (Qwen3's <think>)
+        reserved = reserved_mask_token(tok)
+        hint = (
+            f"null (its reserved token {reserved}, {tok.convert_ids_to_tokens(reserved)!r})"
+            if reserved is not None
+            else "one of its special tokens"
+        )
+        raise ValueError(
+            f"draft.mask_token_id={mask} is the ordinary token "
+            f"{tok.convert_ids_to_tokens(mask)!r} of the tokenizer of the target {model_dir}: "
+            f"the draft would read every mask slot as that text; use {hint}"
+        )
+    return dataclasses.replace(draft, mask_token_id=int(mask)).resolve(spec)
 
 
 def load_frozen_head(model_dir: Path, device, dtype) -> FrozenTargetHead:

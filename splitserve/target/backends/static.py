@@ -92,7 +92,7 @@ class StaticTarget(TargetBackend):
     def prefill_group(self) -> int:
         """Dataset answers (target.regenerate=false) prefilled by one forward. One forward per
         answer kept the target busy 85 % of the time at ~21 samples/s (three runs on two H200s,
-        SmolLM2, ~430 tokens a sample, docs/ablations/tau_h200.md): the trainers waited on it.
+        SmolLM2, ~430 tokens a sample): the trainers waited on it.
         32 is two micro-batches of the GPU recipe (and the cache's rows when teacher forcing)."""
         return min(self.cfg.generate_batch, 32)
 
