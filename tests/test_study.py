@@ -110,12 +110,17 @@ def test_the_plan_covers_every_sample_and_reads_its_state_from_the_files(tmp_pat
     assert "split.trainer_procs=1" in train  # a step is micro_batch samples: the budget holds
 
 
-def test_regenerated_data_made_otherwise_is_refused(tmp_path):
-    study = Study(_tiny(tmp_path))
+def _regenerated(study: Study) -> None:
+    """Every part written (one line per sample id, as regenerate writes them), then merged."""
     for s, e, path in study.regen_parts():
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("".join(json.dumps({"g": g}) + "\n" for g in range(s, e)))
     study.merge_regen()
+
+
+def test_regenerated_data_made_otherwise_is_refused(tmp_path):
+    study = Study(_tiny(tmp_path))
+    _regenerated(study)
     study.check_regen()  # the same settings: fine
     other = Study(_tiny(tmp_path, samples=200))
     with pytest.raises(ValueError, match="holds data regenerated with"):
@@ -125,10 +130,7 @@ def test_regenerated_data_made_otherwise_is_refused(tmp_path):
 
 def test_merge_keeps_sample_order(tmp_path):
     study = Study(_tiny(tmp_path))
-    for s, e, path in study.regen_parts():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("".join(json.dumps({"g": g}) + "\n" for g in range(s, e)))
-    study.merge_regen()
+    _regenerated(study)
     rows = [json.loads(x)["g"] for x in study.regen_file.read_text().splitlines()]
     assert rows == list(range(study.regen_samples()))
     assert not study.regen_file.with_name("regen.jsonl.partial").exists()
