@@ -27,6 +27,7 @@ from draft_models import DraftConfig
 from . import checkpoint as ckpt
 from .config import RunConfig, load_run_config
 from .data import load_prompts, saved_data_config
+from .run_metrics import metrics_lines, metrics_records
 from .target.backends import backend_class
 from .target.config import RANDOM_WEIGHT_KINDS
 from .target.models import (
@@ -228,9 +229,7 @@ def wait_fraction(worker_stats: list[dict], key: str) -> float | None:
 
 
 def summarize(run_dir: Path) -> dict:
-    lines = [
-        json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()
-    ]
+    lines = metrics_records(run_dir)
     steps = [x for x in lines if "event" not in x]
     stats = {p.stem: json.loads(p.read_text()) for p in sorted((run_dir / "stats").glob("*.json"))}
     last = steps[-1] if steps else {}
@@ -308,8 +307,7 @@ def interrupted_notice(run_dir: Path, steps: int, args: list[str]) -> str:
     if not run_dir.is_dir():
         return "interrupted before training started; nothing was written"
     step = None
-    metrics = run_dir / "metrics.jsonl"
-    for line in metrics.read_text().splitlines() if metrics.is_file() else []:
+    for line in metrics_lines(run_dir):
         try:
             record = json.loads(line)
         except ValueError:
