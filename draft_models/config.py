@@ -69,6 +69,8 @@ class TargetSpec:
         heads = int(text.num_attention_heads)
         hidden = int(text.hidden_size)
         rope_params = getattr(text, "rope_parameters", None) or {}
+        # Gemma 3 nests one set per layer type: the global layers' base
+        rope_params = rope_params.get("full_attention", rope_params)
         theta = rope_params.get("rope_theta", getattr(text, "rope_theta", 10000.0))
         return cls(
             model_type=str(getattr(text, "model_type", "unknown")),

@@ -2,7 +2,7 @@
 
 Three places depend on a target's family: which of its layers SGLang can capture (draft config
 resolution and the `sglang` backend), whether the static runtime has a forward for it
-(splitserve.target.runtime.static_llama) and which SGLang class serves a DSpark draft for it
+(splitserve.target.runtime.static_model) and which SGLang class serves a DSpark draft for it
 (export). They read this table, so a new family is one `register_family(...)` (a plugin may add
 one) rather than an edit in each. A type not in the table gets `family()`'s default: the `hf`
 path only, with the static runtime's reason for refusing it.
@@ -15,11 +15,11 @@ from dataclasses import dataclass
 QWEN3_DSPARK = "Qwen3DSparkModel"  # SGLang's DSpark draft class for targets without Ling specifics
 LING_DSPARK = "LingDSparkModel"
 
-# Why the static runtime refuses a type nobody has checked against StaticLlama's forward.
+# Why the static runtime refuses a type nobody has checked against StaticDecoder's forward.
 UNCHECKED = (
-    "StaticLlama implements only Llama's layers (q/k/v/o attention, NeoX RoPE, a gated MLP, no "
-    "sliding window) and this model type is not registered as having them "
-    "(draft_models.families.register_family)"
+    "StaticDecoder implements pre-norm decoder layers (q/k/v/o attention with optional biases, "
+    "q/k norms and sliding windows, NeoX RoPE, a gated or top-k routed MLP) and this model type "
+    "is not registered as having only those (draft_models.families.register_family)"
 )
 
 
@@ -32,8 +32,10 @@ class TargetFamily:
       final norm); other classes capture "before layer i + 1", which never happens for the last
       layer. Bounds a draft's target_layer_ids, and the `sglang` backend needs it (the final
       normed state comes from the last layer's capture).
-    - `static_runtime`: the static runtime (StaticLlama: a static KV cache, CUDA graphs) has this
-      family's forward; else `refusal` says why it has not.
+    - `static_runtime`: the static runtime (StaticDecoder: a static KV cache, CUDA graphs) has
+      this family's forward, checked against transformers in fp32 by tests/test_families.py;
+      else `refusal` says why it has not. `unit_offset_norms`: its RMSNorms scale by (1 + w) in
+      fp32 (Gemma), which the module's weights cannot tell apart from Llama's.
     - `dspark_class`: the SGLang class that serves a DSpark draft for this target (export).
     - `export_notes`: what serving a draft for this family needs to know beyond the class.
     """
@@ -41,6 +43,7 @@ class TargetFamily:
     model_type: str
     captures_final_layer: bool = False
     static_runtime: bool = False
+    unit_offset_norms: bool = False
     refusal: str = ""  # why the static runtime refuses it; default: UNCHECKED
     dspark_class: str = QWEN3_DSPARK
     export_notes: str = ""
@@ -54,6 +57,16 @@ class TargetFamily:
         last = num_layers - 1
         return last if self.captures_final_layer else last - 1
 
+    def paths(self) -> tuple[str, ...]:
+        """The target backends that run this family: `hf` always; `static` where the static
+        runtime has its forward; `sglang` where SGLang 0.5.23 captures its last layer (the
+        backend takes the final normed state from there)."""
+        return (
+            "hf",
+            *(("static",) if self.static_runtime else ()),
+            *(("sglang",) if self.captures_final_layer else ()),
+        )
+
     def capture_rule(self, num_layers: int) -> str:
         """Why `max_capture_id` is what it is, for error messages."""
         if self.captures_final_layer:
@@ -66,23 +79,36 @@ class TargetFamily:
 
 _LING_NOTES = "Ling (bailing) target: the draft is served as LingDSparkModel, in bf16 for Ling-3"
 _MOE = (
-    "its mixture-of-experts MLP has no static forward (StaticLlama writes Llama's gated MLP only)"
+    "its mixture-of-experts MLP (shared experts, grouped routing) has no static forward "
+    "(StaticDecoder routes Qwen3-MoE's top-k experts only)"
 )
+_SERVED = "served as Qwen3DSparkModel; the last layer is never a capture id"
 
 FAMILIES: dict[str, TargetFamily] = {
     f.model_type: f
     for f in (
+        *(
+            TargetFamily(t, static_runtime=True, export_notes=_SERVED)
+            for t in ("llama", "mistral", "qwen2", "qwen3", "qwen3_moe")
+        ),
         TargetFamily(
-            "llama",
-            static_runtime=True,
-            export_notes="served as Qwen3DSparkModel; the last layer is never a capture id",
+            "gemma3_text", static_runtime=True, unit_offset_norms=True, export_notes=_SERVED
+        ),
+        TargetFamily(
+            "gemma3",
+            refusal=(
+                "the vision-language Gemma3ForConditionalGeneration wraps its text model; load "
+                "the text model alone (Gemma3ForCausalLM, model_type gemma3_text), which runs "
+                "statically"
+            ),
+            export_notes=_SERVED,
         ),
         TargetFamily(
             "bailing_hybrid",
             captures_final_layer=True,
             refusal=(
-                "its KDA linear-attention and MLA layers have no static forward (StaticLlama "
-                "writes Llama's attention over a key/value cache only)"
+                "its KDA linear-attention and MLA layers have no static forward (StaticDecoder "
+                "writes attention over a key/value cache only)"
             ),
             dspark_class=LING_DSPARK,
             export_notes=_LING_NOTES,
@@ -120,6 +146,25 @@ def register_family(fam: TargetFamily, *, replace: bool = False) -> TargetFamily
 
 def unregister_family(model_type: str) -> None:
     FAMILIES.pop(model_type, None)
+
+
+def families_table() -> str:
+    """The table as markdown (docs/guide.md carries it; tests/test_families.py keeps the two
+    equal): per model type, the backends that run it, the deepest capture id and why the
+    static runtime refuses it, if it does."""
+    rows = [
+        "| model type | backends | deepest capture id (N layers) | static runtime |",
+        "|---|---|---|---|",
+    ]
+    for t, f in FAMILIES.items():
+        static = "yes" if f.static_runtime else f"no: {f.refusal}"
+        deepest = "N-1" if f.captures_final_layer else "N-2"
+        rows.append(f"| `{t}` | {', '.join(f.paths())} | {deepest} | {static} |")
+    rows.append(
+        "| any other | hf | N-2 | no: not registered as having only the layers the static "
+        "runtime implements |"
+    )
+    return "\n".join(rows)
 
 
 def static_types() -> tuple[str, ...]:

@@ -6,7 +6,7 @@ read in well under a microsecond). This times the ways the same masked attention
 computed, each as a CUDA graph of `--layers` back-to-back calls (as in the step), and checks
 each against an fp32 reference. Variants:
 - `sdpa`: a boolean mask, torch picks the kernel; the same call forced to `cudnn`, `efficient`
-  or `math`; and with an additive mask (`sdpa_bias`: what `StaticLlama` runs since 2026-12-02);
+  or `math`; and with an additive mask (`sdpa_bias`: what `StaticDecoder` runs since 2026-12-02);
 - `folded`: the masked softmax written out, each KV head's query group folded into the query
   axis (two batched GEMMs, one masked softmax), eager and torch.compile'd;
 - `flex`: compiled flex_attention with a mask read from the positions tensor.

@@ -8,7 +8,7 @@ A target worker with target.regenerate=false (every ablation run on a regenerate
 each conversation with its loss mask, prefills `prefill_group` (32) of them right-padded in one
 forward, and copies each row's captured states out. Before this script's change that forward
 attended over the whole cache (max_length + 1 keys) through an additive mask; a fresh row's keys
-are the forward's own, so it now attends causally over them (`StaticLlama.forward(fresh=True)`).
+are the forward's own, so it now attends causally over them (`StaticDecoder.forward(fresh=True)`).
 
 Reported, on the embedded SmolLM2 and samples 0..N-1 of the training prompt stream (GSM8K, plus
 ShareGPT at the given weight) with the datasets' own answers, cut to --max-length, each path on
@@ -51,7 +51,7 @@ from splitserve.target.embedded import ensure_smollm2  # noqa: E402
 
 
 def masked(net) -> None:
-    """Make `net` (a StaticLlama) take the masked path even where its caller asks for a fresh
+    """Make `net` (a StaticDecoder) take the masked path even where its caller asks for a fresh
     one: the code before this script's change, for the comparison."""
     forward = net.forward
     net.forward = lambda *a, fresh=False, **k: forward(*a, **k)

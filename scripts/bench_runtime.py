@@ -39,7 +39,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchlib import copy_bandwidth, sync, timed, weight_bytes  # noqa: E402  (scripts/)
+from benchlib import copy_bandwidth, step_ms, sync, weight_bytes  # noqa: E402  (scripts/)
 
 from draft_models import DraftConfig, TargetSpec, build_draft  # noqa: E402
 from serving import cli  # noqa: E402
@@ -50,22 +50,6 @@ from splitserve.target.embedded import ensure_smollm2  # noqa: E402
 from splitserve.target.models import load_causal_lm, load_frozen_head  # noqa: E402
 from splitserve.target.runtime import EagerEngine, StaticEngine  # noqa: E402
 from splitserve.target.runtime.graphs import compiled  # noqa: E402
-
-
-def step_ms(engine, width: int, context: int, vocab: int, repeats: int, device) -> float:
-    """One forward of `width` tokens at positions context..context+width-1 (after a prompt)."""
-    g = torch.Generator().manual_seed(0)
-    engine.begin(context + width + 1)
-    engine.forward(torch.randint(0, vocab, (context,), generator=g).to(device), 0)
-    ids = torch.randint(0, vocab, (width,), generator=g).to(device)
-
-    def one():
-        engine.forward(ids, context)
-        engine.accept(width, width - 1)  # keep nothing but the anchor: the same state each time
-
-    ms = 1000 * timed(one, repeats, device)
-    engine.close()
-    return ms
 
 
 def llama_1b(device, dtype):

@@ -1,6 +1,6 @@
-"""Timing helpers the GPU benchmark scripts share: device sync, a median timer, the device's copy
-bandwidth (the memory floor every step figure is reported beside), a model's weight bytes, and
-the report's JSON written and printed."""
+"""Timing helpers the GPU benchmark scripts share: device sync, a median timer, a target engine's
+step at a context, the device's copy bandwidth (the memory floor every step figure is reported
+beside), a model's weight bytes, and the report's JSON written and printed."""
 
 from __future__ import annotations
 
@@ -29,6 +29,23 @@ def timed(fn, repeats: int, device) -> float:
         sync(device)
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
+
+
+def step_ms(engine, width: int, context: int, vocab: int, repeats: int, device) -> float:
+    """Median ms of one forward of `width` tokens at positions context..context+width-1 (after
+    a prompt of `context` tokens) on a target engine (splitserve.target.runtime)."""
+    g = torch.Generator().manual_seed(0)
+    engine.begin(context + width + 1)
+    engine.forward(torch.randint(0, vocab, (context,), generator=g).to(device), 0)
+    ids = torch.randint(0, vocab, (width,), generator=g).to(device)
+
+    def one():
+        engine.forward(ids, context)
+        engine.accept(width, width - 1)  # keep nothing but the anchor: the same state each time
+
+    ms = 1000 * timed(one, repeats, device)
+    engine.close()
+    return ms
 
 
 def back_to_back_ms(fn, repeats: int, device) -> float:

@@ -16,7 +16,7 @@ from draft_models import DraftConfig, load_draft_config
 from draft_models.config_io import load_dataclass
 
 from .data import DataConfig, check_data_config
-from .target.backends import backend_names
+from .target.backends import AUTO, backend_names
 from .target.config import TARGET_KINDS, TargetConfig
 
 
@@ -108,8 +108,8 @@ class RunConfig:
 
         if self.target.kind not in TARGET_KINDS:
             raise bad("target.kind", self.target.kind, ", ".join(TARGET_KINDS))
-        if self.target.backend not in backend_names():
-            raise bad("target.backend", self.target.backend, ", ".join(backend_names()))
+        if self.target.backend not in (AUTO, *backend_names()):
+            raise bad("target.backend", self.target.backend, ", ".join((AUTO, *backend_names())))
         if self.target.kind == "path" and not self.target.path:
             raise ValueError(
                 "target.path is required when target.kind=path (a local HF model directory)"

@@ -100,9 +100,10 @@ def compose_run_config(overrides: list[str]):
 def target_and_stream(cfg, device: torch.device):
     """(target backend, training prompt stream) as a run's target worker builds them."""
     from .target.models import load_target_spec, prepare_target_dir, resolve_draft
-    from .workers import make_target
+    from .workers import choose_backend, make_target
 
     model_dir = prepare_target_dir(cfg.target, seed=cfg.train.seed)
+    choose_backend(cfg, model_dir, torch.device(device).type)
     draft = resolve_draft(cfg.draft, model_dir, load_target_spec(model_dir))
     stream = PromptStream(load_prompts(cfg.data).train, cfg.data.shuffle_seed)
     backend = make_target(cfg, model_dir, device, draft.target_layer_ids)

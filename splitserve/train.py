@@ -152,10 +152,11 @@ def _check_importable(path: str, key: str) -> None:
 
 def prepare(cfg: RunConfig, node: Any, run_dir: Path):
     """All checks and preparation before any worker starts; returns the RunContext."""
-    from .workers import RunContext
+    from .workers import RunContext, choose_backend
 
     device = resolve_device(cfg)
     model_dir = prepare_target_dir(cfg.target, seed=cfg.train.seed)
+    choose_backend(cfg, model_dir, device)
     spec = load_target_spec(model_dir)
     tok = check_tokenizer(model_dir, spec)
     # hidden size / layer ids / mask token (the tokenizer's reserved one) against the target; the

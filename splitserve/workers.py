@@ -8,6 +8,7 @@ process also joins a data-plane process group over a shared TCPStore, targets fi
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import functools
 import json
@@ -26,7 +27,13 @@ from . import checkpoint as ckpt
 from .config import RunConfig, import_plugins, in_flight
 from .data import Conversation, PromptStream
 from .profiling import StepProfiler
-from .target.backends import TargetBackend, TargetSetup, backend_class, make_backend
+from .target.backends import (
+    TargetBackend,
+    TargetSetup,
+    backend_class,
+    make_backend,
+    resolve_backend,
+)
 from .target.models import load_frozen_head, load_target_spec
 from .topology import Topology
 from .trainer import DraftTrainer
@@ -149,6 +156,22 @@ def _link(ctx: RunContext, link_rank: int, device: torch.device) -> Link:
     return open_link(
         store, link_rank, size, TIMEOUT, nccl_device=device if ctx.link_backend == "nccl" else None
     )
+
+
+def choose_backend(cfg: RunConfig, model_dir, device: str) -> None:
+    """Resolve `target.backend=auto` in `cfg` for this target and device, saying what it chose
+    (a run's preparation and splitserve.regenerate call it before anything reads the backend)."""
+    name, why = resolve_backend(cfg.target.backend, Path(model_dir), str(device))
+    if name == cfg.target.backend:
+        return
+    note = f"target.backend={cfg.target.backend}: {name} ({why})"
+    if name == "static" and cfg.target.generate_batch < 64:
+        note += (
+            f"; {cfg.target.generate_batch} sequences in flight (target.generate_batch): the "
+            "static runtime fills a GPU at about 256"
+        )
+    print(note, file=sys.stderr)
+    cfg.target = dataclasses.replace(cfg.target, backend=name)
 
 
 def make_target(

@@ -25,7 +25,7 @@ from draft_models.families import (
     unregister_family,
 )
 from splitserve.target.runtime import EagerEngine, StaticEngine, make_engine
-from splitserve.target.runtime.static_llama import StaticLlama, unsupported_reason
+from splitserve.target.runtime.static_model import StaticDecoder, unsupported_reason
 
 
 def test_static_refusal_names_the_reason_from_the_table():
@@ -34,14 +34,16 @@ def test_static_refusal_names_the_reason_from_the_table():
     hybrid = AutoModelForCausalLM.from_config(BailingHybridConfig(**LING3_MINI, pad_token_id=0))
     reason = FAMILIES["bailing_hybrid"].refusal
     assert "KDA" in reason and not FAMILIES["bailing_hybrid"].static_runtime
-    with pytest.raises(ValueError, match=r"runtime=static runs llama .*: " + re.escape(reason)):
+    with pytest.raises(ValueError, match=r"runtime=static runs llama, .*: " + re.escape(reason)):
         make_engine(hybrid, [1], "static")
-    with pytest.raises(ValueError, match=r"the static runtime runs llama .*: " + re.escape(reason)):
-        StaticLlama(hybrid, max_rows=1, max_len=8, capture_ids=[1])
+    with pytest.raises(
+        ValueError, match=r"the static runtime runs llama, .*: " + re.escape(reason)
+    ):
+        StaticDecoder(hybrid, max_rows=1, max_len=8, capture_ids=[1])
     assert isinstance(make_engine(hybrid, [1], "auto"), EagerEngine)
     # a type nobody registered: the default family's reason
-    why = unsupported_reason(SimpleNamespace(model_type="mistral"))
-    assert why.endswith(f"this one is mistral: {UNCHECKED}")
+    why = unsupported_reason(SimpleNamespace(model_type="phi3"))
+    assert why.endswith(f"this one is phi3: {UNCHECKED}")
 
 
 def test_llama_runs_on_the_static_runtime():
@@ -53,8 +55,8 @@ def test_llama_runs_on_the_static_runtime():
 
 
 def test_unknown_types_get_the_hf_only_default_and_plugins_can_register():
-    unknown = family("qwen3")
-    assert "qwen3" not in FAMILIES  # looking a type up registers nothing
+    unknown = family("phi3")
+    assert "phi3" not in FAMILIES  # looking a type up registers nothing
     assert (unknown.static_runtime, unknown.captures_final_layer) == (False, False)
     assert (unknown.refusal, unknown.dspark_class) == (UNCHECKED, "Qwen3DSparkModel")
     # a family the static runtime refuses always says why; one it runs needs no refusal
@@ -65,8 +67,8 @@ def test_unknown_types_get_the_hf_only_default_and_plugins_can_register():
     register_family(TargetFamily("plugin_llama", static_runtime=True))
     try:
         assert unsupported_reason(SimpleNamespace(model_type="plugin_llama")) is None
-        assert unsupported_reason(SimpleNamespace(model_type="mistral")).startswith(
-            "runs llama, plugin_llama targets"
+        assert unsupported_reason(SimpleNamespace(model_type="phi3")).startswith(
+            "runs llama, mistral, qwen2, qwen3, qwen3_moe, gemma3_text, plugin_llama targets"
         )
     finally:
         unregister_family("plugin_llama")
@@ -106,3 +108,12 @@ def test_final_layer_capture_rule_is_what_resolution_enforces(model_type):
         with pytest.raises(ValueError, match=rf"in \[-1, 6\].*{rule}"):
             DraftConfig(target_layer_ids=[1, last]).resolve(target)
     assert final_capture_types() == ("bailing_hybrid", "bailing_moe_v3")
+
+
+def test_the_guide_carries_the_table_as_it_is():
+    from pathlib import Path
+
+    from draft_models.families import families_table
+
+    guide = (Path(__file__).resolve().parents[1] / "docs" / "guide.md").read_text()
+    assert families_table() in guide

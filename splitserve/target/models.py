@@ -19,7 +19,7 @@ import torch
 from draft_models import DraftConfig, FrozenTargetHead, TargetSpec
 
 from .config import TargetConfig, resolve_dtype
-from .embedded import ensure_ling3_mini, ensure_smollm2
+from .embedded import ensure_gemma3_270m, ensure_ling3_mini, ensure_smollm2
 
 EMBED_ALIASES = [
     "model.embed_tokens.weight",
@@ -33,6 +33,8 @@ def prepare_target_dir(cfg: TargetConfig, seed: int = 0) -> Path:
     """The local HF directory of the configured target (converted or materialised if needed)."""
     if cfg.kind == "smollm2":
         return ensure_smollm2()
+    if cfg.kind == "gemma3_270m":
+        return ensure_gemma3_270m()
     if cfg.kind == "ling3_mini":
         return ensure_ling3_mini(cfg.mini, seed=seed)
     path = Path(cfg.path).expanduser()

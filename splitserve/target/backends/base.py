@@ -4,7 +4,7 @@ A target worker asks its backend for samples: (sample id g, conversation) -> `Se
 (the target's own answer to the conversation's opening turns, regenerated under sampling setting
 g mod len(settings) and seeded by `regeneration_seed`; an assistant-only loss mask; the hidden
 states of the draft's target layers and the final normed state). Every backend is built from the
-same `TargetSetup` and registered by name; `target.backend` picks one.
+same `TargetSetup` and registered by name; `target.backend` picks one (`auto`: resolve_backend).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from ...data import Conversation, prompt_turns
 from ..chat import prompt_ids, render_with_loss_mask
 from ..config import SamplingSetting, TargetConfig
 from ..models import check_tokenizer, load_target_spec
+from ..runtime.static_model import unsupported_reason
 
 
 @dataclass
@@ -96,6 +97,16 @@ class TargetBackend:
         left unrendered."""
         return render_with_loss_mask(self.tokenizer, conversation, self.setup.max_length)
 
+    def stop_ids(self, model) -> set[int]:
+        """The tokens that end an answer: the tokenizer's EOS and every id `model`'s generation
+        config lists (transformers' generate stops on any of them: Llama 3 and Qwen list
+        several, Gemma's chat format its <end_of_turn>)."""
+        ids = model.generation_config.eos_token_id
+        ids = set() if ids is None else {ids} if isinstance(ids, int) else set(ids)
+        if self.tokenizer.eos_token_id is not None:
+            ids.add(self.tokenizer.eos_token_id)
+        return ids
+
     def setting(self, g: int) -> SamplingSetting:
         return self.cfg.sampling[g % len(self.cfg.sampling)]
 
@@ -139,5 +150,26 @@ def backend_class(name: str) -> type[TargetBackend]:
     return _BACKENDS[name]
 
 
+AUTO = "auto"
+
+
+def resolve_backend(name: str, model_dir: Path, device: str) -> tuple[str, str]:
+    """(backend, why) for `target.backend=name`: any registered name is itself; `auto` is
+    `static` on a GPU for a target the static runtime runs (its graphs are what make it fast:
+    ~20x hf per target step), else `hf` (on CPU the two compute the same at the same speed)."""
+    if name != AUTO:
+        return name, ""
+    if device != "cuda":
+        return "hf", "no GPU: the static runtime's speed comes from CUDA graphs"
+    from transformers import AutoConfig
+
+    why = unsupported_reason(AutoConfig.from_pretrained(model_dir))
+    if why is None:
+        return "static", "the static runtime runs this target"
+    return "hf", f"the static runtime {why}"
+
+
 def make_backend(setup: TargetSetup) -> TargetBackend:
-    return backend_class(setup.cfg.backend)(setup)
+    """The backend `setup.cfg.backend` names (`auto` resolved for this target and device)."""
+    name, _ = resolve_backend(setup.cfg.backend, setup.model_dir, torch.device(setup.device).type)
+    return backend_class(name)(setup)

@@ -56,7 +56,7 @@ class HFTarget(TargetBackend):
         seeded by the first id: deterministic for a fixed batch composition, which the worker
         keeps fixed by cutting its sample list into batches counted from step 0."""
         prompts = [torch.tensor(self.prompt(c), dtype=torch.long) for c in conversations]
-        eos = self.tokenizer.eos_token_id
+        stops = torch.tensor(sorted(self.stop_ids(self.model)), dtype=torch.long)
         pad = self.pad_id
         width = max(p.numel() for p in prompts)
         ids = torch.full((len(prompts), width), pad, dtype=torch.long)
@@ -74,9 +74,9 @@ class HFTarget(TargetBackend):
         results = []
         for i, p in enumerate(prompts):
             response = out[i, width : width + self.budget(p.numel())]
-            ends = (response == eos).nonzero() if eos is not None else response[:0]
+            ends = torch.isin(response, stops).nonzero()
             if ends.numel():
-                # as unbatched generate: stop after the first EOS
+                # as unbatched generate: stop after the first of its stop tokens
                 response = response[: int(ends[0]) + 1]
             results.append(self.with_mask(p, response))
         return results

@@ -66,19 +66,10 @@ class StaticTarget(TargetBackend):
             slots=self.cfg.generate_batch if self.cfg.regenerate else self.prefill_group,
             # the longest sequence: a prompt of max_prompt_tokens and at least one new token
             max_len=max(self.setup.max_length, self.setup.max_prompt_tokens) + 1,
-            eos=self._stop_ids(),
+            eos=self.stop_ids(self.model),
             nucleus=any(s.temperature > 0 and s.top_p < 1 for s in self.cfg.sampling),
             graphs=graphs,
         )
-
-    def _stop_ids(self) -> set[int]:
-        """The tokens that end an answer: the tokenizer's EOS and every id the model's generation
-        config lists (as transformers' generate stops on any of them)."""
-        ids = self.model.generation_config.eos_token_id
-        ids = set() if ids is None else {ids} if isinstance(ids, int) else set(ids)
-        if self.tokenizer.eos_token_id is not None:
-            ids.add(self.tokenizer.eos_token_id)
-        return ids
 
     batch_invariant = True  # counter-based noise per sample: the same sample in any batch
 

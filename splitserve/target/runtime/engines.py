@@ -9,9 +9,9 @@ block), and `accept(width, accepted)` after a verify step, which keeps the ancho
 
 - `EagerEngine` (any transformers causal LM, KDA hybrids included): a DynamicCache cropped after
   each step, capture hooks, and the per-position staging of linear-attention state.
-- `StaticEngine` (Llama-family targets, `static_llama.StaticLlama`): a static KV cache, one CUDA
+- `StaticEngine` (Llama-family targets, `static_model.StaticDecoder`): a static KV cache, one CUDA
   graph per (verify width, cache-length bucket) on a GPU (eager on CPU, same code), features
-  returned by the step itself; forgetting rejected drafts costs nothing (see StaticLlama). Its
+  returned by the step itself; forgetting rejected drafts costs nothing (see StaticDecoder). Its
   `block_rows(ids, start, extent)` takes the positions as device tensors and is never graphed
   itself, for the decoders' fused step, which graphs the whole decode step; with `rows=R` the
   engine holds R requests at once (serving.batch_decoder: `prefill_rows`, then `block_rows`).
@@ -32,7 +32,7 @@ from ..capture import capture_states
 from ..linear_state import LinearStateStager, crop_cache, has_linear_layers
 from ..models import cache_kwarg
 from .graphs import GraphedStep, compiled
-from .static_llama import StaticLlama, unsupported_reason
+from .static_model import StaticDecoder, unsupported_reason
 
 RUNTIMES = ("auto", "eager", "static")
 
@@ -119,7 +119,7 @@ class StaticEngine:
     ) -> None:
         self.device = next(model.parameters()).device
         self.rows = rows
-        self.net = StaticLlama(model, max_rows=rows, max_len=max_len, capture_ids=list(layer_ids))
+        self.net = StaticDecoder(model, max_rows=rows, max_len=max_len, capture_ids=list(layer_ids))
         self.layer_ids, self.max_len = list(layer_ids), max_len
         self.buckets = sorted(buckets or extent_buckets(max_len))
         if self.buckets[-1] != max_len or self.buckets[0] < 1:

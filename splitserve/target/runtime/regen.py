@@ -26,7 +26,7 @@ import torch
 
 from .graphs import capture
 from .sampling import sample_rows
-from .static_llama import StaticLlama
+from .static_model import StaticDecoder
 
 
 @dataclass
@@ -69,7 +69,7 @@ class Regenerator:
         """`eos`: the token ids that end an answer (kept in it). `nucleus`: some request may use
         top_p < 1 at temperature > 0 (adds a sort per step). `graphs`: replay the step as a CUDA
         graph (default: on a GPU)."""
-        self.net = StaticLlama(model, max_rows=slots, max_len=max_len, capture_ids=capture_ids)
+        self.net = StaticDecoder(model, max_rows=slots, max_len=max_len, capture_ids=capture_ids)
         self.slots, self.max_len, self.eos, self.nucleus = slots, max_len, set(eos), nucleus
         dev = self.device = self.net.embed.device
         hidden, dtype = self.net.embed.shape[1], self.net.embed.dtype
@@ -117,7 +117,7 @@ class Regenerator:
         """One eager forward of the prompts into cache rows `slots`, right-padded to the longest
         (a padded position writes keys past its row's length, which the row's own decode steps
         overwrite before any query can see them), attending causally over its own keys (the rows
-        are new: StaticLlama's `fresh`); stores their states and returns each prompt's
+        are new: StaticDecoder's `fresh`); stores their states and returns each prompt's
         last-position logits [len(slots), V]."""
         lens = [p.numel() for p in prompts]
         if max(lens) > self.max_len:
