@@ -142,6 +142,17 @@ class ConfidenceHead(nn.Module):
         self.with_markov = markov_rank > 0
         self.proj = nn.Linear(hidden_size + markov_rank, 1)
 
+    def clip_gradients(self, max_norm: float) -> None:
+        """Clip each of this head's tensors' gradient to `max_norm` as backward produces it
+        (before DeepSpeed accumulates it or clips the whole draft's norm)."""
+
+        def clip(grad: torch.Tensor) -> torch.Tensor:
+            norm = grad.float().norm()
+            return grad * (max_norm / (norm + 1e-6)).clamp(max=1.0).to(grad.dtype)
+
+        for p in self.parameters():
+            p.register_hook(clip)
+
     def forward(self, hidden: torch.Tensor, prev_embedding: torch.Tensor | None) -> torch.Tensor:
         """Returns the raw logit (STS temperatures divide it before the sigmoid)."""
         features = torch.cat((hidden, prev_embedding), dim=-1) if self.with_markov else hidden

@@ -126,8 +126,17 @@ def build_parser():
         help="RUN/checkpoints/step-N, or a run directory (its newest complete checkpoint)",
     )
     ap.add_argument("--out", required=True, type=Path, help="the directory to write")
-    ap.add_argument("--sps", type=Path, help="SPS table JSON to ship with the draft")
-    ap.add_argument("--sts", type=Path, help="STS calibration JSON to ship with the draft")
+    ap.add_argument(
+        "--sps",
+        type=Path,
+        help="SPS table JSON to ship with the draft (default: the checkpoint's sps.json, if any)",
+    )
+    ap.add_argument(
+        "--sts",
+        type=Path,
+        help="STS calibration JSON to ship with the draft (default: the checkpoint's sts.json, "
+        "which train.calibrate_at_end writes, if any)",
+    )
     ap.add_argument(
         "--dtype",
         default="bfloat16",
@@ -150,7 +159,11 @@ def main(argv=None) -> int:
         if args.max_shard_mb <= 0:
             raise ValueError(f"--max-shard-mb {args.max_shard_mb}: allowed a number > 0")
         draft = checkpoint.read_draft(args.checkpoint)
-        out = export_draft(draft, args.out, args.sps, args.sts, args.dtype, args.max_shard_mb)
+        sps, sts = (
+            given if given is not None else beside(draft.path, name)
+            for given, name in ((args.sps, "sps.json"), (args.sts, "sts.json"))
+        )
+        out = export_draft(draft, args.out, sps, sts, args.dtype, args.max_shard_mb)
         argv, env = launch.build_command(str(draft.model_dir), out)
     except (ValueError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -167,6 +180,15 @@ def main(argv=None) -> int:
     print(f"  {launch.shell_line(argv, env)}")
     print(f"wrote {out}")
     return 0
+
+
+def beside(ckpt: Path, name: str) -> Path | None:
+    """`name` in the checkpoint directory (train.calibrate_at_end's sts.json), said when found."""
+    path = Path(ckpt) / name
+    if not path.is_file():
+        return None
+    print(f"shipping {path} (found beside the checkpoint; --{name[:3]} FILE picks another)")
+    return path
 
 
 def _size(n: int) -> str:

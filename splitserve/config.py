@@ -66,6 +66,11 @@ class TrainConfig:
     # device) and called with the live draft -> metrics dict. Named here, not imported, so the
     # trainer does not depend on serving, which provides the default.
     decode_eval_probe: str = "serving.probe.RealTauProbe"
+    # Fit STS on the run's held-out prompts with its final checkpoint once training ends
+    # (`python -m serving.calibrate`, run as a process: the trainer does not import serving) into
+    # <checkpoint>/sts.json, which serving.export then ships; calibrate_args: more of its flags.
+    calibrate_at_end: bool = False
+    calibrate_args: list[str] = field(default_factory=list)
     run_dir: str | None = None  # null: Hydra's output directory
     resume: bool = True  # continue from the newest complete checkpoint in run_dir, if any
     # start a new run from these draft weights: an exported draft directory (serving.export), a

@@ -13,6 +13,7 @@ import json
 import os
 import shlex
 import shutil
+import subprocess
 import sys
 from dataclasses import fields
 from pathlib import Path
@@ -285,6 +286,7 @@ def closing_table(summary: dict, random_target: bool = False) -> str:
         ("waits", ", ".join(waits)),
         ("run dir", run_dir),
         ("checkpoint", summary["checkpoint"] or "none (train.checkpoint_every=0)"),
+        *([("sts (calibrated)", summary["sts"])] if summary.get("sts") else []),
         ("summary", str(Path(run_dir) / "summary.json")),
     ]
     wandb_runs = sorted(Path(run_dir).glob("wandb/offline-run-*"))
@@ -348,8 +350,37 @@ def run(node: Any, run_dir: Path | None = None) -> dict:
     if ctx.start_step < cfg.train.steps:
         launch(ctx)
     summary = summarize(run_dir)
+    if cfg.train.calibrate_at_end and summary["checkpoint"]:
+        summary["sts"] = calibrate_final(Path(summary["checkpoint"]), cfg, ctx.device)
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
     return summary
+
+
+def calibrate_final(ckpt_dir: Path, cfg: RunConfig, device: str) -> str | None:
+    """train.calibrate_at_end: STS fitted on the run's held-out prompts with its final
+    checkpoint, written beside the draft (<checkpoint>/sts.json and sts_report.json) by
+    `python -m serving.calibrate`; an existing file (a rerun of a finished run) is kept."""
+    out = ckpt_dir / "sts.json"
+    if not cfg.draft.confidence_head:
+        print("train.calibrate_at_end: this draft has no confidence head; nothing to fit")
+        return None
+    if out.is_file():
+        print(f"train.calibrate_at_end: {out} is already there (kept)")
+        return str(out)
+    command = [
+        sys.executable, "-m", "serving.calibrate", "--checkpoint", str(ckpt_dir),
+        "--out", str(out), "--report", str(ckpt_dir / "sts_report.json"), "--device", device,
+        *cfg.train.calibrate_args,
+    ]  # fmt: skip
+    print(f"train.calibrate_at_end: {shlex.join(['python', *command[1:]])}", flush=True)
+    code = subprocess.run(command).returncode
+    if code != 0:
+        raise ValueError(
+            f"train.calibrate_at_end: serving.calibrate exited {code} (its lines above say why); "
+            f"the trained checkpoint {ckpt_dir} is complete: fit its STS again with "
+            f"{shlex.join(['python', *command[1:]])}"
+        )
+    return str(out)
 
 
 def launched_by_torchrun() -> bool:

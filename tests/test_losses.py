@@ -251,3 +251,23 @@ def test_loss_kernel_is_chosen_by_name_and_a_bad_name_is_refused():
     z = torch.zeros(2, 5)
     with pytest.raises((ValueError, RuntimeError), match="loss.kernel=triton"):
         triton_terms(z, z, torch.zeros(2, dtype=torch.long), z[:, 0], z[:, 0], "tv", None)
+
+
+@pytest.mark.parametrize("detach", [False, True])
+def test_a_detached_confidence_head_trains_alone_and_is_clipped_on_its_own(detach):
+    """draft.confidence_detach: the confidence loss alone moves no weight of the backbone or the
+    Markov head, only the confidence head, whose tensors' gradients are clipped to
+    confidence_clip each; attached (the default), it moves the backbone too."""
+    model = tiny_draft(confidence_detach=detach, confidence_clip=1e-3)
+    batch = _train_batch(model)
+    res = _loss(model, batch, ce_weight=0.0, distill_weight=0.0, confidence_weight=100.0)
+    res.loss.backward()
+    grads = {n: p.grad for n, p in model.named_parameters()}
+    moved = {n for n, g in grads.items() if g is not None and g.abs().max() > 0}
+    conf = {n for n in grads if n.startswith("confidence_head.")}
+    assert conf <= moved
+    assert any(n.startswith("layers.") for n in moved) != detach
+    assert any(n.startswith("markov_head.") for n in moved) != detach
+    for n in conf:
+        norm = float(grads[n].norm())
+        assert (norm <= 1e-3 * (1 + 1e-4)) == detach, (n, norm)

@@ -713,3 +713,30 @@ def test_evaluate_warns_that_a_random_weight_target_measures_nothing(tmp_path, c
     assert evaluate_main(argv + ["--out", str(tmp_path / "b"), "--json"]) == 0
     out, err = capsys.readouterr()
     assert json.loads(out)["bench"] == "gsm8k" and warning in err  # stdout stays JSON
+
+
+def test_a_run_can_end_calibrated_and_export_ships_its_sts(tmp_path, capsys):
+    """train.calibrate_at_end: the finished run fits STS on its held-out prompts into the final
+    checkpoint (serving.calibrate's own file, named in summary.json), a rerun keeps it, and
+    serving.export ships it unasked, so the printed launch command serves it."""
+    from serving.export import main as export_main
+
+    args = ["train.calibrate_at_end=true"]
+    args += ["train.calibrate_args=[--max-new-tokens,'16',--test-fraction,'0']"]
+    summary = run(
+        compose_cfg(TINY + ["train.steps=1", "train.checkpoint_every=1", *args]), tmp_path
+    )
+    ckpt = Path(summary["checkpoint"])
+    assert summary["sts"] == str(ckpt / "sts.json")
+    assert (
+        len(read_temperatures(ckpt / "sts.json", 4)) == 4 and (ckpt / "sts_report.json").is_file()
+    )
+    mtime = (ckpt / "sts.json").stat().st_mtime
+    assert run(compose_cfg(TINY + ["train.steps=1", *args]), tmp_path)["sts"] == summary["sts"]
+    assert (ckpt / "sts.json").stat().st_mtime == mtime  # kept, not fitted again
+    capsys.readouterr()
+    assert export_main(["--checkpoint", str(tmp_path), "--out", str(tmp_path / "export")]) == 0
+    out = capsys.readouterr().out
+    assert f"shipping {ckpt / 'sts.json'}" in out
+    assert (tmp_path / "export" / "sts.json").read_bytes() == (ckpt / "sts.json").read_bytes()
+    assert "--speculative-dspark-confidence-sts-path" in out

@@ -40,6 +40,8 @@ class DSparkDraft(DraftModel):
         if cfg.confidence_head:
             rank = cfg.markov_rank if cfg.sequential_head != "none" else 0
             self.confidence_head = ConfidenceHead(cfg.hidden_size, rank)
+            if cfg.confidence_detach:
+                self.confidence_head.clip_gradients(cfg.confidence_clip)
         init_weights(self)  # every weight N(0, 0.02), biases zero, as DeepSpec (markov_w2 included)
 
     def context_states(self, batch: PackedBatch) -> torch.Tensor:
@@ -82,8 +84,12 @@ class DSparkDraft(DraftModel):
         latent = head.latents(prev_tokens, hidden) if head is not None else None
         conf = None
         if self.cfg.confidence_head:
+            feats = hidden
             prev_emb = head.prev_embedding(prev_tokens) if head is not None else None
-            conf = self.confidence_head(hidden, prev_emb)
+            if self.cfg.confidence_detach:  # its loss trains the head alone
+                feats = hidden.detach()
+                prev_emb = prev_emb.detach() if prev_emb is not None else None
+            conf = self.confidence_head(feats, prev_emb)
         return DraftOutput(hidden=hidden, seq_latent=latent, confidence_logit=conf)
 
     def forward(self, batch: PackedBatch, backend: str = "auto") -> DraftOutput:
