@@ -319,6 +319,14 @@ class Study:
             },
             "by_temperature": by_temperature,
         }
+        calibrated = {  # train.calibrate_at_end's ECE/AUC per position, where a job fitted STS
+            job: json.loads(report.read_text())
+            for job in self.cfg.jobs
+            if (report := self.run_dir(job) / "checkpoints" / self.final_checkpoint()
+                / "sts_report.json").is_file()
+        }  # fmt: skip
+        if calibrated:
+            results["tables"][self.table_key()]["calibration"] = calibrated
         tmp = path.with_name(path.name + ".partial")
         tmp.write_text(json.dumps(results, indent=1) + "\n")
         tmp.rename(path)

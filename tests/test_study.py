@@ -33,7 +33,9 @@ def study_config(overrides: list[str]) -> StudyConfig:
 def test_every_experiment_composes_and_validates(name):
     cfg = study_config([f"+experiment={name}"])
     assert cfg.results_dir == f"docs/results/{cfg.name}"
-    assert cfg.work_dir == f"studies/{cfg.name}/{cfg.samples}"
+    # under studies/<name>/ (a study of one of several targets keeps its own regenerated data)
+    assert cfg.work_dir.startswith(f"studies/{cfg.name}/")
+    assert cfg.work_dir.endswith(f"/{cfg.samples}")
     plan = Study(cfg).plan()
     trains = [s.name for s in plan if s.name.startswith("train")]
     assert trains == [f"train {j}" for j in cfg.jobs]
@@ -42,10 +44,12 @@ def test_every_experiment_composes_and_validates(name):
 
 def test_the_ablation_axes_share_one_file_and_one_baseline():
     axes = [study_config([f"+experiment={n}"]) for n in EXPERIMENTS if n.startswith("ablation_")]
-    assert len(axes) == 4
+    assert len(axes) == 5
     assert {c.work_dir for c in axes} == {"studies/ablations_h200/110000"}
-    assert {c.table for c in axes} == {"layers", "rope", "attention", "block"}
-    assert all(next(iter(c.jobs.items())) == ("dspark", []) for c in axes)
+    assert {c.table for c in axes} == {"layers", "rope", "attention", "block", "confidence"}
+    assert all(next(iter(c.jobs.values())) == [] for c in axes)  # each starts from the default
+    # every axis but the calibrated one compares against the same trained baseline run
+    assert sum(next(iter(c.jobs)) == "dspark" for c in axes) == 4
 
 
 def _tiny(tmp_path, **extra) -> StudyConfig:
@@ -222,3 +226,19 @@ def test_a_failed_stage_stops_the_study_and_says_how_to_continue(tmp_path):
     assert "error: regenerate 0..5 failed (exit 2)" in proc.stderr
     assert "it continues from this stage" in proc.stderr
     assert not (tmp_path / "results" / "results.json").exists()
+
+
+def test_results_carry_the_calibration_a_job_fitted_at_the_end(tmp_path):
+    """A job whose final checkpoint holds train.calibrate_at_end's sts_report.json: its ECE/AUC
+    per position go into the table (`calibration`); a job without one is left out."""
+    study = Study(_tiny(tmp_path))
+    study.regen_file.parent.mkdir(parents=True)
+    study.regen_file.write_text("{}\n")
+    for t in (1.0, 0.0):
+        Path(f"{study.report_base(t)}.json").parent.mkdir(parents=True, exist_ok=True)
+        Path(f"{study.report_base(t)}.json").write_text(json.dumps({"jobs": []}))
+    final = study.run_dir("b") / "checkpoints" / study.final_checkpoint()
+    final.mkdir(parents=True)
+    (final / "sts_report.json").write_text(json.dumps({"test": {"ece_after": [0.01, 0.02]}}))
+    table = json.loads(study.write_results("cmd").read_text())["tables"][study.table_key()]
+    assert table["calibration"] == {"b": {"test": {"ece_after": [0.01, 0.02]}}}
