@@ -13,7 +13,8 @@ configured ZeRO stage) takes --steps optimizer steps of --micro-batch samples of
   context token, each draft layer's k/v projections over context and block tokens and its
   q/o/MLP over block tokens (x3 for forward and backward), attention over the keys each block
   query may see (its anchor's context and its block; x3), the frozen LM head's forward and input
-  gradient (x2) and the Markov head (x3) over the supervised label rows;
+  gradient and the target's own logits from its final states (x3) and the Markov head (x3) over
+  the supervised label rows;
 - samples/s, tokens/s (context tokens), MFU against this device's bf16 matmul rate measured in
   the same run (an 8192^3 matmul), peak memory;
 - one instrumented step's time per phase (pack, forward + loss, backward, optimizer), each
@@ -22,6 +23,7 @@ configured ZeRO stage) takes --steps optimizer steps of --micro-batch samples of
 
 from __future__ import annotations
 
+import gc
 import os
 import platform
 import sys
@@ -109,10 +111,12 @@ def model_flops(draft, batch) -> float:
         attn += 4 * keys * a.num_heads * a.head_dim
     head = 2 * rows * draft.target_head.hidden_size * draft.target_head.vocab_size
     markov = 0.0
-    seq = getattr(draft, "sequential", None) or getattr(draft, "markov", None)
+    seq = getattr(draft, "markov_head", None)
     if seq is not None and hasattr(seq, "markov_w2"):
         markov = linear(seq.markov_w2, rows)
-    return 3 * fwd_train + 3 * attn + 2 * head + 3 * markov
+    # the frozen head: the draft's logits forward and input gradient, and the target's logits
+    # from its final states (the loss recomputes them, forward only)
+    return 3 * fwd_train + 3 * attn + 3 * head + 3 * markov
 
 
 def phases(trainer, samples, ids, device) -> dict:
@@ -162,6 +166,7 @@ def measure(name, seq, block, args, device, dtype, peak) -> dict:
     )
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
+        before = torch.cuda.memory_allocated(device)
     trainer = DraftTrainer(draft_cfg, spec, head, cfg, device=device, dp_world=1)
     samples = synthetic_samples(args.micro_batch, seq, spec, layers, device, dtype, seed=1)
     ids = list(range(args.micro_batch))
@@ -186,6 +191,9 @@ def measure(name, seq, block, args, device, dtype, peak) -> dict:
     }
     if device.type == "cuda":
         out["peak_gb"] = round(torch.cuda.max_memory_allocated(device) / 1e9, 2)
+        out["held_before_gb"] = round(before / 1e9, 2)  # left by earlier shapes (should be ~0)
+    trainer.engine.destroy()  # DeepSpeed's hook registry would keep the engine (and its GPU
+    # memory) alive after this function returns
     print(f"{name} seq {seq} block {block}: {out['samples_per_s']} samples/s, "
           f"MFU {out['mfu']:.3f}, {out['tflop_per_sample']} TFLOP/sample", flush=True)  # fmt: skip
     return out
@@ -231,6 +239,7 @@ def main(argv: list[str] | None = None) -> int:
                     report["trainer"][key] = measure(name, seq, block, args, device, dtype, peak)
                 except torch.OutOfMemoryError as exc:
                     report["trainer"][key] = {"error": f"out of memory: {str(exc)[:200]}"}
+                gc.collect()
                 if device.type == "cuda":
                     torch.cuda.empty_cache()
                 write_report(args.out, report)  # after each: a cut run keeps what it measured

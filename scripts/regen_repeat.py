@@ -118,7 +118,7 @@ def main(argv=None) -> None:
         ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
     )
     cfg = compose_run_config(args.overrides)
-    if cfg.target.backend != "static" or not cfg.target.regenerate:
+    if cfg.target.backend not in ("static", "auto") or not cfg.target.regenerate:
         p.error(
             f"target.backend={cfg.target.backend}, target.regenerate={cfg.target.regenerate}: "
             "this compares the static backend's regeneration (backend static, regenerate true)"
@@ -131,7 +131,9 @@ def main(argv=None) -> None:
         attention = lambda: sdpa_kernel([SDPBackend.MATH])  # noqa: E731
     with attention(), warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        backend, stream = target_and_stream(cfg, device)
+        backend, stream = target_and_stream(cfg, device)  # `auto` resolved here
+        if cfg.target.backend != "static":
+            p.error(f"target.backend=auto runs {cfg.target.backend} here; this needs static")
         gs = fitting_ids(stream, backend.tokenizer, cfg.data.max_prompt_tokens, range(args.samples))
         convs = [stream[g] for g in gs]
         temperatures = [backend.setting(g).temperature for g in gs]

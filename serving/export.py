@@ -1,15 +1,19 @@
-"""Export a trained draft for SGLang 0.5.23 (`--speculative-algorithm DSPARK`).
+"""Export a trained draft for SGLang 0.5.23 (`--speculative-algorithm DSPARK`) or another engine.
 
     python -m serving.export --checkpoint RUN/checkpoints/step-N --out DIR \
-        [--sps sps.json] [--sts sts.json]
+        [--format sglang|speculators|hf] [--sps sps.json] [--sts sts.json]
 
-Writes `config.json` (the architecture's registered export mapping: Qwen3-style fields + the
-DSpark fields SGLang's parser reads) and `model.safetensors` with exactly the draft's own weights
-under the names SGLang's DSpark loader maps (`layers.*`, `fc`, `hidden_norm`, `norm`,
-`markov_head.*`, `confidence_head.proj.*`); the embedding and LM head stay the target's. Drafts
-SGLang cannot serve are refused, with the reason; an existing output directory is replaced only
-once the new one is complete. It prints the files written, with their sizes, and the command
-that serves them (`serving.launch`'s, for the target the draft was trained against).
+`sglang` (default) writes `config.json` (the architecture's registered export mapping:
+Qwen3-style fields + the DSpark fields SGLang's parser reads) and `model.safetensors` with
+exactly the draft's own weights under the names SGLang's DSpark loader maps (`layers.*`, `fc`,
+`hidden_norm`, `norm`, `markov_head.*`, `confidence_head.proj.*`); the embedding and LM head
+stay the target's. `hf` is DeepSpec's layout (the target's config under the same fields, and
+copies of its embedding and LM head), which SGLang loads too; `speculators` is vLLM speculators'
+DSpark layout (draft_models.formats). Every format is read back by train.init_from and the
+serving CLIs. Drafts no engine can serve are refused, with the reason; an existing output
+directory is replaced only once the new one is complete. It prints the files written, with
+their sizes, and the command that serves them (`serving.launch`'s, for the target the draft
+was trained against).
 """
 
 from __future__ import annotations
@@ -27,9 +31,16 @@ from draft_models import (
     FrozenTargetHead,
     TargetSpec,
     get_arch,
-    load_draft_config,
 )
 from draft_models.config_io import read_json
+from draft_models.formats import (
+    FORMATS,
+    check_format,
+    draft_config_of,
+    draft_weights_of,
+    hf_config,
+    speculators_config,
+)
 from draft_models.sts import read_temperatures
 from splitserve import checkpoint
 
@@ -56,10 +67,11 @@ def export(
     sts: Path | None = None,
     dtype: str = "bfloat16",
     max_shard_mb: float = checkpoint.DEFAULT_SHARD_MB,
+    fmt: str = "sglang",
 ) -> Path:
-    """Write the SGLang draft directory `out` for checkpoint `ckpt` (weights cast to `dtype`,
-    sharded past `max_shard_mb` with a safetensors index, which SGLang's loader reads)."""
-    return export_draft(checkpoint.read_draft(ckpt), out, sps, sts, dtype, max_shard_mb)
+    """Write the draft directory `out` in format `fmt` for checkpoint `ckpt` (weights cast to
+    `dtype`, sharded past `max_shard_mb` with a safetensors index, which SGLang's loader reads)."""
+    return export_draft(checkpoint.read_draft(ckpt), out, sps, sts, dtype, max_shard_mb, fmt)
 
 
 def export_draft(
@@ -69,8 +81,10 @@ def export_draft(
     sts: Path | None = None,
     dtype: str = "bfloat16",
     max_shard_mb: float = checkpoint.DEFAULT_SHARD_MB,
+    fmt: str = "sglang",
 ) -> Path:
     """`export` of a draft already read (the CLI keeps it: its target names the launch command)."""
+    check_format(fmt)
     if dtype not in WEIGHT_DTYPES:
         raise ValueError(f"dtype {dtype!r} is invalid; allowed: {', '.join(sorted(WEIGHT_DTYPES))}")
     if draft.exported:
@@ -80,10 +94,22 @@ def export_draft(
             else "is a checkpoint's draft/ folder alone, which names no target"
         )
         raise ValueError(f"{draft.path} {what} (pass its run's checkpoint)")
+    weights = dict(draft.weights)
     try:
         config = export_config(draft.cfg, draft.target)
+        if fmt != "sglang":
+            target_config = read_json(Path(draft.model_dir) / "config.json", "target config")
+        if fmt == "hf":
+            config = hf_config(config, target_config)
+            weights.update(target_copies(Path(draft.model_dir)))
+        elif fmt == "speculators":
+            verifier = {
+                "name_or_path": str(draft.model_dir),
+                "architectures": target_config.get("architectures") or [],
+            }
+            config = speculators_config(config, draft.target, verifier)
     except ValueError as exc:
-        raise ValueError(f"cannot export {draft.path} for SGLang: {exc}") from None
+        raise ValueError(f"cannot export {draft.path} in the {fmt} format: {exc}") from None
     if sts is not None:
         read_temperatures(sts, draft.cfg.block_size)  # validates, with the file named in any error
     if sps is not None:
@@ -94,7 +120,7 @@ def export_draft(
     tmp.mkdir(parents=True)
     (tmp / "config.json").write_text(json.dumps({**config, "torch_dtype": dtype}, indent=1))
     checkpoint.save_weights(
-        {k: v.to(WEIGHT_DTYPES[dtype]).contiguous() for k, v in sorted(draft.weights.items())},
+        {k: v.to(WEIGHT_DTYPES[dtype]).contiguous() for k, v in sorted(weights.items())},
         tmp,
         max_shard_mb,
     )
@@ -107,12 +133,21 @@ def export_draft(
     return out
 
 
+def target_copies(model_dir: Path) -> dict[str, torch.Tensor]:
+    """The hf layout's copies of the target's embedding and LM head (DeepSpec ships them)."""
+    from splitserve.target.models import load_frozen_head
+
+    head = load_frozen_head(model_dir, "cpu", torch.float32)
+    # two tensors even for a tied target: DeepSpec writes tie_word_embeddings false, both copies
+    return {"embed_tokens.weight": head.embed_weight, "lm_head.weight": head.lm_head_weight.clone()}
+
+
 def load_exported(path: Path, head: FrozenTargetHead) -> DraftModel:
-    """Rebuild our draft from an exported directory (strict: every weight must match)."""
-    config = read_json(Path(path) / "config.json", "exported draft config")
-    cfg = load_draft_config(config["splitserve_draft_config"])
+    """Rebuild our draft from an exported directory in any format (strict: every weight of the
+    draft must be there, the hf layout's target copies aside)."""
+    cfg = draft_config_of(read_json(Path(path) / "config.json", "exported draft config"))
     draft = get_arch(cfg.arch).model(cfg, head)
-    draft.load_state_dict(checkpoint.load_weights(Path(path)), strict=True)
+    draft.load_state_dict(draft_weights_of(checkpoint.load_weights(Path(path))), strict=True)
     return draft
 
 
@@ -126,6 +161,13 @@ def build_parser():
         help="RUN/checkpoints/step-N, or a run directory (its newest complete checkpoint)",
     )
     ap.add_argument("--out", required=True, type=Path, help="the directory to write")
+    ap.add_argument(
+        "--format",
+        default="sglang",
+        choices=FORMATS,
+        help="sglang (SGLang 0.5.23's DSPARK), hf (DeepSpec's layout: also loads in SGLang) or "
+        "speculators (vLLM speculators' DSpark layout)",
+    )
     ap.add_argument(
         "--sps",
         type=Path,
@@ -163,7 +205,7 @@ def main(argv=None) -> int:
             given if given is not None else beside(draft.path, name)
             for given, name in ((args.sps, "sps.json"), (args.sts, "sts.json"))
         )
-        out = export_draft(draft, args.out, sps, sts, args.dtype, args.max_shard_mb)
+        out = export_draft(draft, args.out, sps, sts, args.dtype, args.max_shard_mb, args.format)
         argv, env = launch.build_command(str(draft.model_dir), out)
     except (ValueError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -173,11 +215,17 @@ def main(argv=None) -> int:
     print("files written:")
     for p in files:
         print(f"  {p.name:<{width}}  {_size(p.stat().st_size):>9}")
-    print(
-        "serve it with SGLang 0.5.23, from SGLang's own environment (`python -m serving.launch` "
-        "prints this for another --python, --target, --tp-size or --port):"
-    )
-    print(f"  {launch.shell_line(argv, env)}")
+    if args.format == "speculators":
+        print(
+            "speculators' DSpark layout: vLLM reads it (not run here); SGLang 0.5.23 does not "
+            "(export --format sglang or hf for it)"
+        )
+    else:
+        print(
+            "serve it with SGLang 0.5.23, from SGLang's own environment (`python -m "
+            "serving.launch` prints this for another --python, --target, --tp-size or --port):"
+        )
+        print(f"  {launch.shell_line(argv, env)}")
     print(f"wrote {out}")
     return 0
 

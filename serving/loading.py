@@ -203,8 +203,8 @@ def add_decoding_args(ap, *, scheduler_default: str = "fixed") -> None:
         default="auto",
         choices=["auto", "eager", "static"],
         help="how the target runs: static = a static KV cache and one CUDA graph per verify width "
-        "on a GPU (Llama-family targets), eager = transformers; auto: static where it applies on a "
-        "GPU, else eager",
+        "on a GPU (the families draft_models.families marks static), eager = transformers; "
+        "auto: static where it applies on a GPU, else eager",
     )
     add_compile_arg(ap)
 

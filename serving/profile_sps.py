@@ -8,8 +8,8 @@
 
 Without `--checkpoint`, the target's verify step alone: for each width B the target runs B tokens
 over a KV cache already holding `--context` tokens on the engine decoding uses (`--runtime`, as
-serving.generate picks it: the static runtime's CUDA graphs on a GPU where the target is
-Llama-family), then the cache is rewound; the median over repeats gives steps per second. The
+serving.generate picks it: the static runtime's CUDA graphs on a GPU where the target is of
+one of its families), then the cache is rewound; the median over repeats gives steps per second. The
 default target is the embedded SmolLM2.
 
 With `--checkpoint`, the whole speculative decode step of serving.decoder at each width: the
@@ -207,7 +207,7 @@ def build_parser():
         default="auto",
         choices=list(RUNTIMES),
         help="the engine timed, as decoding picks it: static = static KV cache and one CUDA "
-        "graph per width (Llama-family targets on a GPU); auto: static where it applies",
+        "graph per width (the static families, on a GPU); auto: static where it applies",
     )
     add_compile_arg(ap)
     return ap

@@ -35,6 +35,7 @@ import torch
 
 from draft_models import DraftConfig, TargetSpec, load_draft_config
 from draft_models.config_io import load_dataclass, read_json
+from draft_models.formats import draft_config_of, draft_weights_of
 
 COMPLETE = "COMPLETE"
 ENGINE_TAG = "engine"
@@ -399,7 +400,9 @@ def read_draft(path: Path, log: Callable[[str], None] = _stderr) -> DraftCheckpo
             cfg=read_init_config(path, log),
             target=None,
             model_dir=None,
-            weights=load_weights(path),
+            weights=draft_weights_of(load_weights(path))
+            if is_exported(path)
+            else load_weights(path),
         )
     meta = read_json(path / META, "checkpoint meta")
     if "target" not in meta:
@@ -457,20 +460,25 @@ def read_init_config(path: Path, log: Callable[[str], None] = _stderr) -> DraftC
     if not is_exported(path):
         return read_draft_config(resolve(path, log))
     config = read_json(path / EXPORTED_CONFIG, "exported draft config")
-    if "splitserve_draft_config" not in config:
+    try:  # any format serving.export writes, or another tool's (draft_models.formats)
+        return draft_config_of(config)
+    except (ValueError, KeyError, TypeError) as exc:
+        why = f"missing field {exc}" if isinstance(exc, KeyError) else str(exc)
         raise ValueError(
-            f"{path / EXPORTED_CONFIG} has no splitserve_draft_config: not a draft exported by "
-            "SplitServe (pass an exported directory, a checkpoint or a run directory)"
-        )
-    return load_draft_config(config["splitserve_draft_config"], "draft")
+            f"{path / EXPORTED_CONFIG}: not a draft SplitServe can read ({why}); pass an "
+            "exported directory (sglang, speculators or hf layout), a checkpoint or a run "
+            "directory"
+        ) from None
 
 
 def read_init_draft(path: Path, log: Callable[[str], None] = _stderr):
     """(draft config, weights) a run can start from (`train.init_from`): an exported draft
-    directory (config.json holding `splitserve_draft_config`, and model.safetensors, as
-    serving.export writes them), a checkpoint's `draft/` folder on its own, or a checkpoint /
-    run directory (its newest complete one)."""
+    directory (config.json and model.safetensors in any layout draft_models.formats reads: what
+    serving.export writes, or another tool's DSpark), a checkpoint's `draft/` folder on its own,
+    or a checkpoint / run directory (its newest complete one)."""
     path = init_source(path, log)
+    if is_exported(path):
+        return read_init_config(path, log), draft_weights_of(load_weights(path))
     alone = is_draft_only(path)
     return read_init_config(path, log), load_weights(path if alone else path / "draft")
 

@@ -158,6 +158,8 @@ def prepare(cfg: RunConfig, node: Any, run_dir: Path):
     device = resolve_device(cfg)
     model_dir = prepare_target_dir(cfg.target, seed=cfg.train.seed)
     choose_backend(cfg, model_dir, device)
+    if isinstance(node, DictConfig):  # the saved config.yaml says which backend ran
+        OmegaConf.update(node, "target.backend", cfg.target.backend, force_add=True)
     spec = load_target_spec(model_dir)
     tok = check_tokenizer(model_dir, spec)
     # hidden size / layer ids / mask token (the tokenizer's reserved one) against the target; the
@@ -346,11 +348,18 @@ def run(node: Any, run_dir: Path | None = None) -> dict:
     if os.environ.get("RANK", "0") == "0":
         ckpt.remove_partial(run_dir)  # a save killed mid-write: said, not silently dropped
     if launched_by_torchrun():
+        if cfg.train.calibrate_at_end and os.environ.get("RANK", "0") == "0":
+            print(
+                "train.calibrate_at_end: not under torchrun (every rank would be one process of "
+                "the run); fit with python -m serving.calibrate --checkpoint RUN once it ends"
+            )
         return run_as_torchrun_rank(ctx)
     if ctx.start_step < cfg.train.steps:
         launch(ctx)
     summary = summarize(run_dir)
-    if cfg.train.calibrate_at_end and summary["checkpoint"]:
+    if cfg.train.calibrate_at_end and not summary["checkpoint"]:
+        print("train.calibrate_at_end: no checkpoint to calibrate (train.checkpoint_every=0)")
+    elif cfg.train.calibrate_at_end:
         summary["sts"] = calibrate_final(Path(summary["checkpoint"]), cfg, ctx.device)
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
     return summary

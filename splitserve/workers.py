@@ -165,7 +165,7 @@ def choose_backend(cfg: RunConfig, model_dir, device: str) -> None:
     if name == cfg.target.backend:
         return
     note = f"target.backend={cfg.target.backend}: {name} ({why})"
-    if name == "static" and cfg.target.generate_batch < 64:
+    if name == "static" and cfg.target.regenerate and cfg.target.generate_batch < 64:
         note += (
             f"; {cfg.target.generate_batch} sequences in flight (target.generate_batch): the "
             "static runtime fills a GPU at about 256"

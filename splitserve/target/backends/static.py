@@ -1,4 +1,4 @@
-"""The `static` backend: Llama-family targets on the static runtime (runtime.regen).
+"""The `static` backend: the static runtime's families (draft_models.families; runtime.regen).
 
 Regeneration keeps `target.generate_batch` sequences in flight and refills finished ones' slots
 from the samples it is handed, in groups of 1/16 of the slots: by default one lazy stream over

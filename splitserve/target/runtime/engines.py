@@ -9,7 +9,7 @@ block), and `accept(width, accepted)` after a verify step, which keeps the ancho
 
 - `EagerEngine` (any transformers causal LM, KDA hybrids included): a DynamicCache cropped after
   each step, capture hooks, and the per-position staging of linear-attention state.
-- `StaticEngine` (Llama-family targets, `static_model.StaticDecoder`): a static KV cache, one CUDA
+- `StaticEngine` (the static families, `static_model.StaticDecoder`): a static KV cache, one CUDA
   graph per (verify width, cache-length bucket) on a GPU (eager on CPU, same code), features
   returned by the step itself; forgetting rejected drafts costs nothing (see StaticDecoder). Its
   `block_rows(ids, start, extent)` takes the positions as device tensors and is never graphed

@@ -5,9 +5,10 @@ and fixed memory, so every step must (a) write its keys and values at per-row po
 device tensors (transformers' StaticCache writes one position range shared by every row, which
 rules out rows at different lengths, i.e. continuous batching), (b) return the draft's target
 layers and the final normed state as tensors of the step itself (no forward hooks, no Python on
-replay) and (c) never read the device. The weights are the HF model's own tensors (shared, not
-copied), and the rotary embedding is the HF model's module, so the RoPE types with frequencies
-fixed at load (STATIC_ROPE) follow it; the others are refused.
+replay) and (c) never read the device. The weights are the HF model's own tensors, except q/k/v
+and gate/up, concatenated into one matrix each (copies: about half an 8B model's bytes more
+while the HF model lives), and the rotary embedding is the HF model's module, so the RoPE types
+with frequencies fixed at load (STATIC_ROPE) follow it; the others are refused.
 
 One forward serves every family the family table marks `static_runtime`
 (draft_models.families): it reads what a layer has from the HF modules themselves, so the
@@ -66,6 +67,8 @@ def unsupported_reason(config) -> str | None:
             f"runs RoPE types {', '.join(STATIC_ROPE)}; this target's rope_type {bad[0]!r} "
             "rescales its frequencies per batch"
         )
+    if getattr(config, "use_bidirectional_attention", False):
+        return "attends causally; this target attends bidirectionally (use_bidirectional_attention)"
     if getattr(config, "attn_logit_softcapping", None) is not None:
         return (
             "attends with PyTorch's scaled_dot_product_attention, which has no logit "
@@ -301,23 +304,28 @@ class StaticDecoder(nn.Module):
         if moe["renorm"]:
             weight = weight / weight.sum(dim=-1, keepdim=True)
         weight = weight.to(h.dtype)
-        flat = expert.reshape(-1)
-        order = flat.argsort(stable=True)
-        token = order // moe["top_k"]
-        xs = t[token]  # [T*k, H], grouped by expert
         if self.grouped:
+            flat = expert.reshape(-1)
+            order = flat.argsort(stable=True)
+            token = order // moe["top_k"]
+            xs = t[token]  # [T*k, H], grouped by expert
             n = moe["gate_up"].shape[0]
             counts = torch.zeros(n, dtype=torch.int32, device=t.device)
             counts.scatter_add_(0, flat, torch.ones_like(flat, dtype=torch.int32))
             offs = counts.cumsum(0, dtype=torch.int32)
             gate, up = torch._grouped_mm(xs, moe["gate_up"].transpose(1, 2), offs=offs).chunk(2, -1)
             ys = torch._grouped_mm(p["act"](gate) * up, moe["down"].transpose(1, 2), offs=offs)
-        else:  # no grouped GEMM for this device/dtype: each pair's expert gathered (slower)
-            e = flat[order]
-            gate, up = torch.bmm(moe["gate_up"][e], xs[:, :, None])[..., 0].chunk(2, -1)
-            ys = torch.bmm(moe["down"][e], (p["act"](gate) * up)[:, :, None])[..., 0]
-        ys = ys * weight.reshape(-1)[order, None]
-        out = torch.zeros_like(t).index_add_(0, token, ys)
+            ys = ys * weight.reshape(-1)[order, None]
+            return torch.zeros_like(t).index_add_(0, token, ys).reshape(shape)
+        # no grouped GEMM for this device and dtype: every expert over every token, weighted by
+        # its routing weight (0 where not routed): no host read, so it still graphs, but it reads
+        # all experts and computes E times the work (correct, slow)
+        dense = torch.zeros((t.shape[0], moe["gate_up"].shape[0]), dtype=h.dtype, device=h.device)
+        dense.scatter_(1, expert, weight)
+        out = torch.zeros_like(t)
+        for e in range(dense.shape[1]):
+            gate, up = F.linear(t, moe["gate_up"][e]).chunk(2, -1)
+            out += F.linear(p["act"](gate) * up, moe["down"][e]) * dense[:, e : e + 1]
         return out.reshape(shape)
 
     def _bias(
@@ -342,11 +350,16 @@ class StaticDecoder(nn.Module):
 
 
 def _grouped_mm_runs(like: torch.Tensor, dims: tuple[int, ...]) -> bool:
-    """Whether torch._grouped_mm runs for `like`'s device and dtype (CUDA: bf16 on sm90+; CPU:
-    recent PyTorch) with these matrix dims (rows must be 16-byte aligned), tried once on a tiny
-    aligned problem."""
+    """Whether torch._grouped_mm runs for `like`'s device and dtype without reading the device
+    (CUDA: its kernel exists for bf16 on sm90 / sm100 only; elsewhere PyTorch's fallback copies
+    the offsets to the host, which a CUDA graph cannot capture; CPU: recent PyTorch) with these
+    matrix dims (rows must be 16-byte aligned), tried once on a tiny aligned problem."""
     if not hasattr(torch, "_grouped_mm") or any(n * like.element_size() % 16 for n in dims):
         return False
+    if like.device.type == "cuda":
+        major = torch.cuda.get_device_capability(like.device)[0]
+        if like.dtype != torch.bfloat16 or major not in (9, 10):
+            return False
     a = torch.zeros((4, 16), dtype=like.dtype, device=like.device)
     b = torch.zeros((2, 16, 16), dtype=like.dtype, device=like.device)
     try:
