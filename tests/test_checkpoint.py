@@ -324,7 +324,7 @@ def test_a_new_run_starts_from_exported_or_checkpointed_draft_weights(tmp_path):
     shard.write_bytes(shard.read_bytes()[:100])
     why = ckpt.problem(Path(first["checkpoint"]), ckpt.DRAFT_FILES)
     assert why is not None and why.startswith(f"file {shard} has 100 bytes, expected ")
-    with pytest.raises(ValueError, match="no splitserve_draft_config: not a draft exported"):
+    with pytest.raises(ValueError, match="not a draft SplitServe can read .not a DSpark draft's"):
         (tmp_path / "other").mkdir()
         (tmp_path / "other" / "config.json").write_text("{}")
         run(compose_cfg(base + [f"train.init_from={tmp_path / 'other'}"]), tmp_path / "c")
