@@ -36,8 +36,6 @@ from draft_models.config_io import read_json
 from draft_models.formats import (
     FORMATS,
     check_format,
-    draft_config_of,
-    draft_weights_of,
     hf_config,
     speculators_config,
 )
@@ -145,9 +143,9 @@ def target_copies(model_dir: Path) -> dict[str, torch.Tensor]:
 def load_exported(path: Path, head: FrozenTargetHead) -> DraftModel:
     """Rebuild our draft from an exported directory in any format (strict: every weight of the
     draft must be there, the hf layout's target copies aside)."""
-    cfg = draft_config_of(read_json(Path(path) / "config.json", "exported draft config"))
+    cfg, weights = checkpoint.read_init_draft(Path(path))
     draft = get_arch(cfg.arch).model(cfg, head)
-    draft.load_state_dict(draft_weights_of(checkpoint.load_weights(Path(path))), strict=True)
+    draft.load_state_dict(weights, strict=True)
     return draft
 
 

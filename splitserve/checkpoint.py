@@ -400,9 +400,7 @@ def read_draft(path: Path, log: Callable[[str], None] = _stderr) -> DraftCheckpo
             cfg=read_init_config(path, log),
             target=None,
             model_dir=None,
-            weights=draft_weights_of(load_weights(path))
-            if is_exported(path)
-            else load_weights(path),
+            weights=draft_only_weights(path),
         )
     meta = read_json(path / META, "checkpoint meta")
     if "target" not in meta:
@@ -477,10 +475,15 @@ def read_init_draft(path: Path, log: Callable[[str], None] = _stderr):
     serving.export writes, or another tool's DSpark), a checkpoint's `draft/` folder on its own,
     or a checkpoint / run directory (its newest complete one)."""
     path = init_source(path, log)
-    if is_exported(path):
-        return read_init_config(path, log), draft_weights_of(load_weights(path))
-    alone = is_draft_only(path)
-    return read_init_config(path, log), load_weights(path if alone else path / "draft")
+    weights = draft_only_weights(path) if is_draft_only(path) else load_weights(path / "draft")
+    return read_init_config(path, log), weights
+
+
+def draft_only_weights(path: Path) -> dict[str, torch.Tensor]:
+    """The draft's own tensors of a directory holding a draft alone: an export in any layout
+    (draft_models.formats.draft_weights_of drops the target copies) or a `draft/` folder."""
+    weights = load_weights(path)
+    return draft_weights_of(weights) if is_exported(path) else weights
 
 
 def read_run_section(ckpt: Path, key: str) -> dict:
