@@ -126,12 +126,6 @@ def draft_config_of(config: dict) -> DraftConfig:
 def _from_speculators(config: dict) -> DraftConfig:
     if config["speculators_model_type"] != "dspark":
         raise ValueError(f"speculators_model_type {config['speculators_model_type']!r}: not dspark")
-    if not config.get("sample_from_anchor", True):
-        raise ValueError(
-            "sample_from_anchor=false: this draft's slot k predicts anchor + k with the anchor a "
-            "bonus token (speculators' DFlash-style layout); SplitServe's DSpark predicts "
-            "anchor + k + 1 from slot k, so its blocks would read every slot one place off"
-        )
     layers = config["transformer_layer_config"]
     if config.get("draft_vocab_size", layers["vocab_size"]) != layers["vocab_size"]:
         raise ValueError(
@@ -145,7 +139,11 @@ def _from_speculators(config: dict) -> DraftConfig:
 def _dspark_config(layers: dict, fields: dict) -> DraftConfig:
     """A DSpark DraftConfig from Qwen3-style layer fields and DSpark fields."""
     if not fields.get("sample_from_anchor", True):
-        raise ValueError("sample_from_anchor=false: see speculators' layout (not supported)")
+        raise ValueError(
+            "sample_from_anchor=false: this draft's slot k predicts anchor + k with the anchor a "
+            "bonus token (the DFlash-style layout); SplitServe's DSpark predicts anchor + k + 1 "
+            "from slot k, so its blocks would read every slot one place off"
+        )
     head = fields.get("markov_head_type", "vanilla")
     if head not in _HEAD_OF_TYPE:
         raise ValueError(f"markov_head_type {head!r}; known: {', '.join(_HEAD_OF_TYPE)}")
