@@ -24,6 +24,7 @@ configured ZeRO stage) takes --steps optimizer steps of --micro-batch samples of
 from __future__ import annotations
 
 import gc
+import itertools
 import os
 import platform
 import sys
@@ -144,7 +145,26 @@ def phases(trainer, samples, ids, device) -> dict:
     return {k: round(1000 * v, 2) for k, v in out.items()}
 
 
-def measure(name, seq, block, args, device, dtype, peak) -> dict:
+def optimizer_kernels(trainer, samples, ids, top: int = 8) -> list[dict]:
+    """The optimizer step's heaviest operators (self time on the device; on CPU, the host's),
+    from one profiled step."""
+    from torch.profiler import ProfilerActivity, profile
+
+    res = trainer._loss(trainer._pack(samples, ids), None)
+    trainer.engine.backward(res.loss)
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
+    with profile(activities=acts) as prof:
+        trainer.engine.step()
+        sync(trainer.device)
+    own = (lambda e: e.self_device_time_total) if torch.cuda.is_available() else (
+        lambda e: e.self_cpu_time_total)  # fmt: skip
+    rows = sorted(prof.key_averages(), key=own, reverse=True)
+    return [
+        {"op": e.key[:80], "calls": e.count, "self_ms": round(own(e) / 1e3, 3)} for e in rows[:top]
+    ]
+
+
+def measure(name, seq, block, precision, zero, args, device, dtype, peak) -> dict:
     from splitserve.trainer import DraftTrainer
 
     spec = spec_of(name, args.tiny)
@@ -162,7 +182,8 @@ def measure(name, seq, block, args, device, dtype, peak) -> dict:
         grad_accum=1,
         num_anchors=args.anchors,
         warmup_steps=1,
-        zero_stage=args.zero_stage,
+        zero_stage=zero,
+        precision=precision,
     )
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
@@ -178,6 +199,9 @@ def measure(name, seq, block, args, device, dtype, peak) -> dict:
         "shape": name,
         "seq": seq,
         "block": block,
+        "precision": precision,
+        "zero_stage": zero,
+        "optimizer": type(trainer.engine.optimizer).__name__,
         "micro_batch": args.micro_batch,
         "anchors": args.anchors,
         "draft_params_m": round(sum(p.numel() for p in trainer.draft.parameters()) / 1e6, 1),
@@ -189,12 +213,14 @@ def measure(name, seq, block, args, device, dtype, peak) -> dict:
         "phases_ms": split,
         "phases_sum_over_step": round(sum(split.values()) / (1000 * step_s), 3),
     }
+    if args.profile_optimizer:
+        out["optimizer_kernels"] = optimizer_kernels(trainer, samples, ids)
     if device.type == "cuda":
         out["peak_gb"] = round(torch.cuda.max_memory_allocated(device) / 1e9, 2)
         out["held_before_gb"] = round(before / 1e9, 2)  # left by earlier shapes (should be ~0)
     trainer.engine.destroy()  # DeepSpeed's hook registry would keep the engine (and its GPU
     # memory) alive after this function returns
-    print(f"{name} seq {seq} block {block}: {out['samples_per_s']} samples/s, "
+    print(f"{name} s{seq} b{block} {precision} z{zero}: {out['samples_per_s']} samples/s, "
           f"MFU {out['mfu']:.3f}, {out['tflop_per_sample']} TFLOP/sample", flush=True)  # fmt: skip
     return out
 
@@ -209,13 +235,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--anchors", type=int, default=512, help="anchors per sample")
     ap.add_argument("--markov-rank", type=int, default=256)
     ap.add_argument("--micro-batch", type=int, default=1)
-    ap.add_argument("--zero-stage", type=int, default=1)
+    ap.add_argument("--zero-stages", default="1", help="ZeRO stages (train.zero_stage)")
+    ap.add_argument("--precisions", default="bf16", help="train.precision: bf16, amp")
     ap.add_argument("--steps", type=int, default=6, help="timed steps (after two warm-up)")
+    ap.add_argument("--profile-optimizer", action="store_true",
+                    help="list the optimizer step's heaviest device operators")  # fmt: skip
     ap.add_argument("--tiny", action="store_true", help="shrunk shapes (a CPU smoke run)")
     args = ap.parse_args(argv)
     unknown = [s for s in args.shapes.split(",") if s not in SHAPES]
     if unknown:
         ap.error(f"--shapes: unknown {', '.join(unknown)}; known: {', '.join(SHAPES)}")
+    from splitserve.config import PRECISIONS
+
+    bad = [p for p in args.precisions.split(",") if p not in PRECISIONS]
+    if bad:
+        ap.error(f"--precisions: unknown {', '.join(bad)}; known: {', '.join(PRECISIONS)}")
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
@@ -233,10 +267,16 @@ def main(argv: list[str] | None = None) -> int:
     }
     for name in args.shapes.split(","):
         for seq in (int(x) for x in args.seq.split(",")):
-            for block in (int(x) for x in args.blocks.split(",")):
-                key = f"{name}_s{seq}_b{block}"
+            for block, precision, zero in itertools.product(
+                (int(x) for x in args.blocks.split(",")),
+                args.precisions.split(","),
+                (int(x) for x in args.zero_stages.split(",")),
+            ):
+                key = f"{name}_s{seq}_b{block}_{precision}_z{zero}"
                 try:
-                    report["trainer"][key] = measure(name, seq, block, args, device, dtype, peak)
+                    report["trainer"][key] = measure(
+                        name, seq, block, precision, zero, args, device, dtype, peak
+                    )
                 except torch.OutOfMemoryError as exc:
                     report["trainer"][key] = {"error": f"out of memory: {str(exc)[:200]}"}
                 gc.collect()

@@ -19,6 +19,8 @@ from .data import DataConfig, check_data_config
 from .target.backends import AUTO, backend_names
 from .target.config import TARGET_KINDS, TargetConfig
 
+PRECISIONS = ("bf16", "amp")  # train.precision: see TrainConfig
+
 
 @dataclass
 class SplitConfig:
@@ -48,6 +50,10 @@ class TrainConfig:
     weight_decay: float = 0.0
     grad_clip: float = 1.0
     zero_stage: int = 1
+    # bf16: bf16 weights, fp32 master copies in DeepSpeed's optimizer (bf16 off on CPU: fp32);
+    # amp: fp32 weights stepped by fused Adam directly, bf16 compute under torch.autocast
+    # (DeepSpeed's torch_autocast; on CPU too): no master copy to keep in sync each step
+    precision: str = "bf16"
     num_anchors: int = 64  # per sequence (DeepSpec: 512)
     seed: int = 0
     checkpoint_every: int = 20
@@ -161,6 +167,8 @@ class RunConfig:
                 "0, 1, 2 (ZeRO-3 shards the "
                 "sequential head's W2, which the chunked loss reads whole)",
             )
+        if self.train.precision not in PRECISIONS:
+            raise bad("train.precision", self.train.precision, ", ".join(PRECISIONS))
         if self.split.window is not None and self.split.window < 1:
             raise bad("split.window", self.split.window, "null or an integer >= 1")
         if self.log.wait_notice_s < 0:

@@ -46,13 +46,17 @@ def lr_lambda(cfg: TrainConfig):
 
 
 def deepspeed_config(cfg: TrainConfig, dp_world: int, on_gpu: bool) -> dict:
+    """bf16 on a GPU: bf16 weights with DeepSpeed's fp32 master copies; amp: fp32 weights that
+    fused Adam steps in place, matmuls in bf16 under DeepSpeed's torch.autocast."""
+    amp = cfg.precision == "amp"
     return {
         "train_micro_batch_size_per_gpu": cfg.micro_batch,
         "gradient_accumulation_steps": cfg.grad_accum,
         "train_batch_size": cfg.micro_batch * cfg.grad_accum * dp_world,
         "gradient_clipping": cfg.grad_clip,
         "zero_optimization": {"stage": cfg.zero_stage},
-        "bf16": {"enabled": on_gpu},
+        "bf16": {"enabled": on_gpu and not amp},
+        "torch_autocast": {"enabled": amp, "dtype": "bfloat16"},
         "optimizer": {
             "type": "AdamW",
             # torch's AdamW on CPU; DeepSpeed's fused Adam on GPU
@@ -114,10 +118,12 @@ class DraftTrainer:
             mpu=mpu,
             dist_init_required=False,
         )
-        # DeepSpeed moved/cast the module; the frozen head follows it (it is not a parameter).
-        self.engine.module.target_head = head.to(
-            device=device, dtype=next(self.engine.module.parameters()).dtype
+        # The dtype of what the draft reads (target states, the frozen head, which is not a
+        # parameter): its weights' under bf16 (DeepSpeed cast them), bf16 under amp.
+        self.compute_dtype = (
+            torch.bfloat16 if cfg.precision == "amp" else next(self.draft.parameters()).dtype
         )
+        self.engine.module.target_head = head.to(device=device, dtype=self.compute_dtype)
         self.step = 0
 
     @property
@@ -148,7 +154,7 @@ class DraftTrainer:
             )
         except NoAnchorsError:
             return None
-        return batch.to(self.device, dtype=next(self.draft.parameters()).dtype)
+        return batch.to(self.device, dtype=self.compute_dtype)
 
     def _global_weight_total(self, batch) -> torch.Tensor:
         """The loss denominator summed over every trainer rank (each rank calls this once per
@@ -163,11 +169,15 @@ class DraftTrainer:
 
     def _loss(self, batch, weight_total=None):
         """LossResult of a packed batch; with `weight_total`, normalised over all ranks."""
-        out = self.engine(batch)
         norm = (
             {} if weight_total is None else {"weight_total": weight_total, "scale": self.dp_world}
         )
-        return get_arch(self.draft_cfg.arch).loss(self.draft, out, batch, **norm)
+        from deepspeed.runtime.torch_autocast import autocast_if_enabled
+
+        # the loss runs outside the engine's forward: under amp it takes the same autocast
+        with autocast_if_enabled(self.engine):
+            out = self.engine(batch)
+            return get_arch(self.draft_cfg.arch).loss(self.draft, out, batch, **norm)
 
     def train_step(self, samples: Sequence[SequenceSample], sample_ids: Sequence[int]) -> dict:
         """One optimizer step over B samples; returns this rank's metrics. Each micro-batch's
