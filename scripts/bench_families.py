@@ -30,10 +30,17 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchlib import copy_bandwidth, step_ms, weight_bytes, write_report  # noqa: E402
+from benchlib import (  # noqa: E402
+    copy_bandwidth,
+    step_kernels,
+    step_ms,
+    weight_bytes,
+    write_report,
+)
 
 from serving import cli  # noqa: E402
 from splitserve.target.runtime import StaticEngine  # noqa: E402
+from splitserve.target.runtime.static_model import StaticDecoder  # noqa: E402
 
 # name -> (family key in the report, HF model_type, config): public configs of each model
 SHAPES = {
@@ -163,9 +170,10 @@ def measure(name: str, args, device, dtype, bandwidth: float) -> dict:
         "widths_ms": {},
     }
     max_len = args.context + max(args.widths + args.compile_widths) + 1
-    modes = [("graphed", args.widths, False)] if args.widths else []
+    tag = "_unfolded" if args.unfolded else ""  # kept beside the folded modes, not summarised
+    modes = [("graphed" + tag, args.widths, False)] if args.widths else []
     if args.compile_widths:
-        modes.append(("compiled", args.compile_widths, True))
+        modes.append(("compiled" + tag, args.compile_widths, True))
     for mode, widths, comp in modes:
         t1 = time.perf_counter()
         engine = StaticEngine(model, capture, max_len=max_len, widths=widths, compile_step=comp)
@@ -174,6 +182,10 @@ def measure(name: str, args, device, dtype, bandwidth: float) -> dict:
             for w in widths
         }
         out[f"{mode}_setup_s"] = round(time.perf_counter() - t1, 1)
+        if args.profile:  # the narrowest step's kernels (their count, sum and the largest)
+            w0 = min(widths)
+            table = step_kernels(engine, w0, args.context, vocab, device)
+            out.setdefault("kernels", {})[mode] = {"width": w0, **table}
         del engine  # it and its step form a cycle: collected below, its graphs and copies freed
         gc.collect()
         print(f"{name} {mode}: {out['widths_ms'][mode]} floor {floor_ms:.3f} ms", flush=True)
@@ -230,7 +242,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=30)
     ap.add_argument("--tiny", action="store_true", help="shrunk shapes (a CPU smoke run)")
     ap.add_argument("--identical", action="store_true", help="the CPU fp32 tests alone")
+    ap.add_argument("--profile", action="store_true", help="list the narrowest step's kernels")
+    ap.add_argument("--unfolded", action="store_true",
+                    help="attention as before 2026-12-05 (StaticDecoder.fold_gqa off): modes "
+                    "graphed_unfolded / compiled_unfolded, for a before/after")  # fmt: skip
     args = ap.parse_args(argv)
+    StaticDecoder.fold_gqa = not args.unfolded
     args.widths = [int(w) for w in args.widths.split(",") if w]
     args.compile_widths = [int(w) for w in args.compile_widths.split(",") if w]
     unknown = [s for s in args.shapes.split(",") if s not in SHAPES]

@@ -29,7 +29,13 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchlib import copy_bandwidth, sync, weight_bytes  # noqa: E402  (scripts/)
+from benchlib import (  # noqa: E402  (scripts/)
+    back_to_back_ms,
+    copy_bandwidth,
+    kernel_table,
+    sync,
+    weight_bytes,
+)
 
 from serving import cli  # noqa: E402
 from splitserve.data import DataConfig, PromptStream, SourceConfig, load_prompts  # noqa: E402
@@ -37,6 +43,7 @@ from splitserve.target.backends import TargetSetup, make_backend  # noqa: E402
 from splitserve.target.config import SamplingSetting, TargetConfig, resolve_dtype  # noqa: E402
 from splitserve.target.embedded import ensure_smollm2  # noqa: E402
 from splitserve.target.models import load_causal_lm  # noqa: E402
+from splitserve.target.runtime.static_model import StaticDecoder  # noqa: E402
 
 
 def prompt_conversations(n: int, sharegpt_weight: int = 1) -> list:
@@ -88,6 +95,11 @@ def run_backend(name: str, args, conversations, device) -> tuple[dict, list]:
     if engine is not None:
         row["decode_steps"] = engine.steps
         row["prefills"] = engine.prefills
+        if args.profile:  # the step alone: graph replays back to back, and their kernels
+            row["replay_ms"] = round(back_to_back_ms(engine.step, 50, device), 3)
+            row["kernels"] = kernel_table(engine.step, device)
+            net = engine.net  # what one step must read besides the weights: every row's cache
+            row["kv_bytes_per_step"] = sum(c.numel() * c.element_size() for c in net.k_cache) * 2
     del backend
     if device.type == "cuda":
         torch.cuda.empty_cache()
@@ -105,9 +117,14 @@ def main(argv=None) -> None:
     p.add_argument("--max-prompt-tokens", type=int, default=256, help="data.max_prompt_tokens")
     p.add_argument("--sharegpt", type=int, default=1, help="ShareGPT weight beside GSM8K's 1")
     p.add_argument("--layer-ids", default="1,15,28", help="captured target layers")
+    p.add_argument("--unfolded", action="store_true",
+                   help="static: attention as before 2026-12-05 (fold_gqa off)")  # fmt: skip
+    p.add_argument("--profile", action="store_true",
+                   help="static: time the step graph alone and list its kernels")  # fmt: skip
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = p.parse_args(argv)
     args.layer_ids = [int(x) for x in args.layer_ids.split(",")]
+    StaticDecoder.fold_gqa = not args.unfolded
     for flag in ("samples", "slots", "max_new_tokens", "max_length", "max_prompt_tokens"):
         if getattr(args, flag) < 1:
             p.error(f"--{flag.replace('_', '-')} must be >= 1")
@@ -134,6 +151,10 @@ def main(argv=None) -> None:
         row, outputs[name] = run_backend(name, args, conversations, device)
         if row.get("decode_steps"):
             row["ms_per_step_incl_prefills"] = round(1e3 * row["wall_s"] / row["decode_steps"], 3)
+        if "kv_bytes_per_step" in row:  # the floor of a step that reads the whole padded cache
+            row["step_floor_with_kv_ms"] = round(
+                1e3 * (weights + row["kv_bytes_per_step"]) / bandwidth, 4
+            )
         result["rows"].append(row)
         print(json.dumps(row), flush=True)
     if len(outputs) > 1:

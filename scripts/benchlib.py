@@ -31,9 +31,9 @@ def timed(fn, repeats: int, device) -> float:
     return statistics.median(times)
 
 
-def step_ms(engine, width: int, context: int, vocab: int, repeats: int, device) -> float:
-    """Median ms of one forward of `width` tokens at positions context..context+width-1 (after
-    a prompt of `context` tokens) on a target engine (splitserve.target.runtime)."""
+def _step_fn(engine, width: int, context: int, vocab: int, device):
+    """A closure running one forward of `width` tokens at positions context.. after a prompt of
+    `context` tokens on a target engine (splitserve.target.runtime), leaving the same state."""
     g = torch.Generator().manual_seed(0)
     engine.begin(context + width + 1)
     engine.forward(torch.randint(0, vocab, (context,), generator=g).to(device), 0)
@@ -43,9 +43,21 @@ def step_ms(engine, width: int, context: int, vocab: int, repeats: int, device) 
         engine.forward(ids, context)
         engine.accept(width, width - 1)  # keep nothing but the anchor: the same state each time
 
-    ms = 1000 * timed(one, repeats, device)
+    return one
+
+
+def step_ms(engine, width: int, context: int, vocab: int, repeats: int, device) -> float:
+    """Median ms of that step (see _step_fn)."""
+    ms = 1000 * timed(_step_fn(engine, width, context, vocab, device), repeats, device)
     engine.close()
     return ms
+
+
+def step_kernels(engine, width: int, context: int, vocab: int, device) -> dict:
+    """kernel_table of that step (see _step_fn)."""
+    table = kernel_table(_step_fn(engine, width, context, vocab, device), device)
+    engine.close()
+    return table
 
 
 def back_to_back_ms(fn, repeats: int, device) -> float:
@@ -85,3 +97,32 @@ def write_report(out: Path, report: dict) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text)
     print(text)
+
+
+def kernel_table(replay, device, replays: int = 20) -> dict:
+    """Kernels per call of `replay` (a graph replay, a step) from torch.profiler over `replays`
+    calls: count, summed duration, the 15 largest."""
+    from collections import defaultdict
+
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    sync(device)
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(replays):
+            replay()
+        sync(device)
+    by_name: dict[str, list[float]] = defaultdict(list)
+    for e in prof.events():
+        if e.device_type == DeviceType.CUDA:
+            by_name[e.name].append(e.time_range.elapsed_us() / 1000)
+    count = sum(len(v) for v in by_name.values())
+    total = sum(sum(v) for v in by_name.values())
+    top = sorted(by_name.items(), key=lambda kv: -sum(kv[1]))[:15]
+    return {
+        "per_replay": count / replays,
+        "sum_ms": total / replays,
+        "top": [
+            {"name": n[:120], "count": len(v) / replays, "ms": sum(v) / replays} for n, v in top
+        ],
+    }

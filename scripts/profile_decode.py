@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections import defaultdict
 from pathlib import Path
 
 import torch
@@ -35,7 +34,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_runtime import step_ms  # noqa: E402  (scripts/)
 from bench_step import per_step_ms  # noqa: E402
-from benchlib import back_to_back_ms, sync, write_report  # noqa: E402
+from benchlib import back_to_back_ms, kernel_table, write_report  # noqa: E402
 
 from serving import cli  # noqa: E402
 from serving.benchmarks import load_bench  # noqa: E402
@@ -44,8 +43,6 @@ from serving.loading import load_decoder  # noqa: E402
 from serving.scheduler import SchedulerConfig  # noqa: E402
 from splitserve import checkpoint  # noqa: E402
 from splitserve.target.chat import prompt_ids  # noqa: E402
-
-PROFILED_REPLAYS = 20
 
 
 def largest_step(dec: SpeculativeDecoder):
@@ -58,33 +55,6 @@ def largest_step(dec: SpeculativeDecoder):
     key = max(fused.graphs, key=lambda k: k[1])
     graph, _ = fused.graphs[key]
     return graph.replay
-
-
-def kernel_table(replay, device) -> dict:
-    """Kernels per replay from torch.profiler: count, summed duration, the 15 largest."""
-    from torch.autograd import DeviceType
-    from torch.profiler import ProfilerActivity, profile
-
-    sync(device)
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        for _ in range(PROFILED_REPLAYS):
-            replay()
-        sync(device)
-    by_name: dict[str, list[float]] = defaultdict(list)
-    for e in prof.events():
-        if e.device_type == DeviceType.CUDA:
-            by_name[e.name].append(e.time_range.elapsed_us() / 1000)
-    count = sum(len(v) for v in by_name.values())
-    total = sum(sum(v) for v in by_name.values())
-    top = sorted(by_name.items(), key=lambda kv: -sum(kv[1]))[:15]
-    return {
-        "per_replay": count / PROFILED_REPLAYS,
-        "sum_ms": total / PROFILED_REPLAYS,
-        "top": [
-            {"name": n[:120], "count": len(v) / PROFILED_REPLAYS, "ms": sum(v) / PROFILED_REPLAYS}
-            for n, v in top
-        ],
-    }
 
 
 def main() -> int:

@@ -12,8 +12,15 @@ pytestmark = pytest.mark.slow  # spawns processes or decodes with the real SmolL
 def test_the_static_backend_regenerates_every_sample_in_one_stream(tmp_path):
     args = ["--backends", "static", "--samples", "3", "--slots", "2"]
     args += ["--max-new-tokens", "4", "--max-length", "256", "--sharegpt", "0", "--device", "cpu"]
+    args += ["--profile"]
     report = script_report(tmp_path, "bench_regen.py", *args)  # its exact command checked
     (row,) = report["rows"]
     assert row["backend"] == "static" and row["window"] == 3  # one stream over the 3 samples
     assert 3 <= row["new_tokens"] <= 12  # up to 4 new tokens each
     assert row["decode_steps"] >= 2 and row["samples_per_s"] > 0
+    # --profile: the step alone, its operators, and a floor that counts the cache it reads
+    assert row["replay_ms"] > 0 and row["kernels"]["per_replay"] >= 0
+    per_position = 30 * 2 * 2 * 3 * 64 * 4  # layers, k and v, slots, kv heads, dim, fp32 bytes
+    positions, rest = divmod(row["kv_bytes_per_step"], per_position)
+    assert rest == 0 and 256 <= positions <= 260  # the cache's length: max_length and a margin
+    assert row["step_floor_with_kv_ms"] > report["step_floor_ms"]

@@ -78,6 +78,8 @@ def unsupported_reason(config) -> str | None:
 
 
 class StaticDecoder(nn.Module):
+    fold_gqa = True  # see _attend
+
     def __init__(
         self,
         hf_model: nn.Module,
@@ -250,17 +252,8 @@ class StaticDecoder(nn.Module):
                 k_seen, v_seen = k_all[span, :, :extent], v_all[span, :, :extent]
             else:  # scattered rows: over gathered copies
                 k_seen, v_seen = k_all[rows, :, :extent], v_all[rows, :, :extent]
-            mask = masks.get(p["window"])
-            attn = F.scaled_dot_product_attention(
-                q.transpose(1, 2),
-                k_seen,
-                v_seen,
-                attn_mask=mask,
-                is_causal=fresh and mask is None,
-                scale=self.scale,
-                enable_gqa=hq != hk,
-            )
-            out = F.linear(attn.transpose(1, 2).reshape(b, w, hq * d), p["o"], p["o_bias"])
+            attn = self._attend(q, k_seen, v_seen, masks.get(p["window"]), fresh)
+            out = F.linear(attn, p["o"], p["o_bias"])
             x = x + (out if p["attn_out_norm"] is None else self._norm(out, p["attn_out_norm"]))
             h = self._norm(x, p["mlp_in_norm"])
             out = self._moe(h, p) if p["moe"] is not None else self._mlp(h, p)
@@ -276,6 +269,31 @@ class StaticDecoder(nn.Module):
         if self.softcap is not None:  # Gemma: cap * tanh(logits / cap)
             logits = torch.tanh(logits / self.softcap) * self.softcap
         return logits, feats, final
+
+    def _attend(self, q, k, v, mask: torch.Tensor | None, fresh: bool) -> torch.Tensor:
+        """Attention of q [B, W, Hq, D] over k, v [B, Hk, L, D] -> [B, W, Hq * D].
+
+        With a mask, the Hq / Hk query heads that share a key head are folded into its query
+        rows ([B, Hk, G * W, D], the mask repeated per group): SDPA given both a mask and
+        enable_gqa falls back to its math kernel, which copies every key and value G times,
+        while this runs the memory-efficient kernel over each key head once. A fresh prefill
+        (causal, no mask) keeps enable_gqa: its flash kernel shares key heads itself.
+        `fold_gqa = False` (benchmarks' --unfolded, for a before/after on one machine): the
+        enable_gqa call with the mask, as before 2026-12-05."""
+        b, w, hq, d = q.shape
+        hk = k.shape[1]
+        if mask is None or hq == hk or not self.fold_gqa:
+            o = F.scaled_dot_product_attention(
+                q.transpose(1, 2), k, v, attn_mask=mask, is_causal=fresh and mask is None,
+                scale=self.scale, enable_gqa=hq != hk,
+            )  # fmt: skip
+            return o.transpose(1, 2).reshape(b, w, hq * d)
+        g = hq // hk
+        folded = q.view(b, w, hk, g, d).permute(0, 2, 3, 1, 4).reshape(b, hk, g * w, d)
+        mb, _, _, keys = mask.shape
+        mask = mask[:, :, None].expand(mb, 1, g, w, keys).reshape(mb, 1, g * w, keys)
+        o = F.scaled_dot_product_attention(folded, k, v, attn_mask=mask, scale=self.scale)
+        return o.view(b, hk, g, w, d).permute(0, 3, 1, 2, 4).reshape(b, w, hq * d)
 
     def _norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         """RMSNorm over the last dim as the target computes it: Llama's (normalise, cast, then
