@@ -1,0 +1,37 @@
+"""scripts/node_projection.py: the split of a node from per-GPU rates, checked by hand."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_split_maximises_the_slower_side_and_keeps_other_keys(tmp_path):
+    results = tmp_path / "results.json"
+    results.write_text(json.dumps({
+        "trainer": {"qwen3_8b": {"samples_per_s": 8.0}},
+        "regeneration": {"qwen3_8b": {"samples_per_s": 2.0, "prefill_samples_per_s": 20.0}},
+        "other": 1,
+    }))  # fmt: skip
+    cmd = [sys.executable, str(ROOT / "scripts/node_projection.py"), "--results", str(results)]
+    subprocess.run(cmd, check=True, capture_output=True)
+    out = json.loads(results.read_text())
+    assert out["other"] == 1
+    p = out["node_projection"]["qwen3_8b"]
+    # regenerating: min(2k, 8(8-k)) peaks at k=6 (12 against 16): the targets bound it
+    assert p["regenerate"]["split"] == {"target_gpus": 6, "trainer_gpus": 2}
+    assert p["regenerate"]["samples_per_s"] == 12.0 and p["regenerate"]["bound_by"] == "target"
+    # teacher forcing: min(20k, 8(8-k)) is 40 at k=2 and at k=3: the fewer target GPUs
+    assert p["teacher_forcing"]["split"] == {"target_gpus": 2, "trainer_gpus": 6}
+    assert p["teacher_forcing"]["samples_per_s"] == 40.0
+    assert out["node_projection_command"].startswith("python scripts/node_projection.py")
+
+
+def test_missing_rates_are_named(tmp_path):
+    results = tmp_path / "results.json"
+    results.write_text(json.dumps({"trainer": {"qwen3_8b": {"samples_per_s": 8.0}}}))
+    cmd = [sys.executable, str(ROOT / "scripts/node_projection.py"), "--results", str(results)]
+    run = subprocess.run(cmd, capture_output=True, text=True)
+    assert run.returncode != 0 and "regeneration.qwen3_8b" in run.stderr
