@@ -15,6 +15,7 @@ from typing import Any
 from .config_io import load_dataclass
 from .families import family
 from .registry import arch_names, get_arch
+from .vocab import check_size
 
 ROPES = ("full", "partial", "interleaved", "none")
 ATTENTIONS = ("qwen3", "ling3_mla")
@@ -178,6 +179,10 @@ class DraftConfig:
     # None: a training run takes the target tokenizer's reserved special token
     # (splitserve.target.models.resolve_draft); resolve() alone, the target's pad token
     mask_token_id: int | None = None
+    # A pruned draft vocabulary (draft_models/vocab.py): the draft predicts only the K most
+    # frequent target tokens of the training answers, through its own LM head [K, H]. 0 or
+    # None: the target's whole vocabulary through the target's frozen LM head.
+    draft_vocab_size: int | None = None
     loss: LossConfig = field(default_factory=LossConfig)
 
     @classmethod
@@ -197,6 +202,11 @@ class DraftConfig:
     def num_slots(self) -> int:
         """Input slots per block: gamma for DSpark, anchor + gamma masks for DFlash."""
         return self.block_size if self.samples_from_anchor else self.block_size + 1
+
+    @property
+    def pruned_vocab(self) -> bool:
+        """The draft predicts a pruned vocabulary (`draft_vocab_size` K > 0)."""
+        return bool(self.draft_vocab_size)
 
     @property
     def rotary_fraction(self) -> float:
@@ -242,6 +252,7 @@ class DraftConfig:
             if mla
             else None,
             v_head_dim=(self.v_head_dim or target.v_head_dim or 128) if mla else None,
+            draft_vocab_size=self.draft_vocab_size or None,
         )
         filled._validate_against(target)
         return filled
@@ -274,6 +285,15 @@ class DraftConfig:
             raise bad_value("confidence_detach", True, "false when confidence_head is false")
         if self.confidence_clip <= 0:
             raise bad_value("confidence_clip", self.confidence_clip, "a number > 0")
+        if self.draft_vocab_size is not None and self.draft_vocab_size < 0:
+            raise bad_value("draft_vocab_size", self.draft_vocab_size, "0, null or K > 0")
+        if self.pruned_vocab and not arch.pruned_vocab:
+            raise bad_value(
+                "draft_vocab_size",
+                self.draft_vocab_size,
+                f"0 or null for arch={self.arch} (a pruned draft vocabulary is implemented for "
+                f"{', '.join(n for n in arch_names() if get_arch(n).pruned_vocab) or 'none'})",
+            )
         if arch.check is not None:
             arch.check(self)
         if self.sliding_window is not None and self.sliding_window < self.block_size:
@@ -306,6 +326,8 @@ class DraftConfig:
             raise bad_value(
                 "mask_token_id", self.mask_token_id, f"an id in [0, {target.vocab_size - 1}]"
             )
+        if self.pruned_vocab:
+            check_size(self.draft_vocab_size, target.vocab_size, self.block_size)
         if self.num_attention_heads % self.num_key_value_heads:
             raise bad_value(
                 "num_key_value_heads",

@@ -16,7 +16,12 @@ and DeepSpec's: slot k predicts the token after anchor + k). What we write carri
 `splitserve_draft_config` too, so reading it back is exact; a directory another tool wrote is
 read from its own fields (`draft_config_of`), and what this project cannot run is refused with
 the reason: speculators' DFlash-style layout (`sample_from_anchor: false`: slot k predicts
-anchor + k, the anchor a bonus token) and pruned draft vocabularies (`d2t` / `t2d`).
+anchor + k, the anchor a bonus token).
+
+A pruned draft vocabulary (draft_models.vocab) travels in `hf` and `speculators` as speculators
+stores it: `draft_vocab_size` K in the config, the weights `d2t` int64 [K], `t2d` bool [V] and
+the draft's own `lm_head.weight` [K, H] (in `hf` in place of the target head's copy), Markov
+`markov_w2` [K, r]. `sglang` refuses it (`SGLANG_PRUNED`).
 """
 
 from __future__ import annotations
@@ -34,6 +39,12 @@ SPECULATORS_VERSION = "0.9.0"  # the layout written (speculators' DSparkSpeculat
 TARGET_COPIES = ("embed_tokens.weight", "lm_head.weight")  # the hf layout's copies of the target's
 DSPARK_CLASSES = ("Qwen3DSparkModel", "LingDSparkModel", "DSparkDraftModel")
 _HEAD_OF_TYPE = {cls.sglang_type: name for name, cls in SEQUENTIAL_HEAD_CLASSES.items()}
+VOCAB_MAPS = ("d2t", "t2d")  # a pruned vocabulary's maps among a draft's weights
+SGLANG_PRUNED = (
+    "a pruned draft vocabulary (draft_vocab_size {k} < the target's {v}) cannot be served by "
+    "SGLang 0.5.23: its DSPARK draft projects through the target's LM head, biases the whole "
+    "vocabulary (markov_w2 [V, r]) and has no d2t map; export --format speculators or hf"
+)
 
 
 def check_format(fmt: str) -> None:
@@ -83,7 +94,7 @@ def speculators_config(sglang: dict, target: TargetSpec, verifier: dict) -> dict
             "verifier": verifier,
         },
         "transformer_layer_config": layers,
-        "draft_vocab_size": target.vocab_size,
+        "draft_vocab_size": sglang.get("draft_vocab_size", target.vocab_size),
         "block_size": sglang["block_size"],
         "target_hidden_size": target.hidden_size,
         "aux_hidden_state_layer_ids": [i + 1 for i in sglang["target_layer_ids"]],
@@ -127,11 +138,6 @@ def _from_speculators(config: dict) -> DraftConfig:
     if config["speculators_model_type"] != "dspark":
         raise ValueError(f"speculators_model_type {config['speculators_model_type']!r}: not dspark")
     layers = config["transformer_layer_config"]
-    if config.get("draft_vocab_size", layers["vocab_size"]) != layers["vocab_size"]:
-        raise ValueError(
-            f"draft_vocab_size {config['draft_vocab_size']} < the verifier's "
-            f"{layers['vocab_size']}: a pruned draft vocabulary (d2t/t2d) is not supported"
-        )
     ids = [i - 1 for i in config["aux_hidden_state_layer_ids"]]  # speculators counts embeddings
     return _dspark_config(layers, {**config, "target_layer_ids": ids})
 
@@ -152,6 +158,7 @@ def _dspark_config(layers: dict, fields: dict) -> DraftConfig:
     ):
         raise ValueError("confidence_head_with_markov=false: SplitServe's head reads the Markov W1")
     rope: dict[str, Any] = layers.get("rope_parameters") or {}
+    k, v = fields.get("draft_vocab_size"), layers.get("vocab_size")
     return DraftConfig(
         arch="dspark",
         num_layers=int(layers["num_hidden_layers"]),
@@ -168,14 +175,16 @@ def _dspark_config(layers: dict, fields: dict) -> DraftConfig:
         markov_rank=int(fields["markov_rank"]),
         confidence_head=bool(fields.get("enable_confidence_head", True)),
         mask_token_id=fields.get("mask_token_id"),
+        draft_vocab_size=int(k) if k and v and int(k) < int(v) else None,
     )
 
 
 def draft_weights_of(weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """The draft's own tensors of a directory's weights: a `model.` prefix dropped, the hf
     layout's copies of the target's embedding and LM head left out (the target's own are used),
-    a pruned vocabulary refused."""
-    if {"d2t", "t2d"} & set(weights):
-        raise ValueError("d2t / t2d: a pruned draft vocabulary is not supported")
+    except a pruned draft's own `lm_head.weight` (its maps d2t / t2d are there)."""
     out = {k.removeprefix("model."): v for k, v in weights.items()}
-    return {k: v for k, v in out.items() if k not in TARGET_COPIES}
+    pruned = set(VOCAB_MAPS) <= set(out)
+    return {
+        k: v for k, v in out.items() if k not in TARGET_COPIES or (pruned and k == "lm_head.weight")
+    }

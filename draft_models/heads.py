@@ -55,15 +55,21 @@ class FrozenTargetHead:
 
 
 class MarkovHead(nn.Module):
-    """B(x_{k-1}, .) = W1[x_{k-1}] W2: a low-rank bigram correction (SGLang type "vanilla")."""
+    """B(x_{k-1}, .) = W1[x_{k-1}] W2: a low-rank bigram correction (SGLang type "vanilla").
+
+    W1 is indexed by the previous token's *target* id (the anchor may be any target token); W2
+    scores the draft's output vocabulary: `out_size` ids of a pruned vocabulary (as speculators'
+    MarkovHead: W1 [V, r], W2 [r, K]), else the whole vocabulary."""
 
     sglang_type = "vanilla"
 
-    def __init__(self, vocab_size: int, rank: int, hidden_size: int) -> None:
+    def __init__(
+        self, vocab_size: int, rank: int, hidden_size: int, out_size: int | None = None
+    ) -> None:
         super().__init__()
         self.rank = rank
         self.markov_w1 = nn.Embedding(vocab_size, rank)
-        self.markov_w2 = nn.Linear(rank, vocab_size, bias=False)
+        self.markov_w2 = nn.Linear(rank, out_size or vocab_size, bias=False)
 
     def prev_embedding(self, prev_tokens: torch.Tensor) -> torch.Tensor:
         return self.markov_w1(prev_tokens)
@@ -86,8 +92,10 @@ class GatedMarkovHead(MarkovHead):
 
     sglang_type = "gated"
 
-    def __init__(self, vocab_size: int, rank: int, hidden_size: int) -> None:
-        super().__init__(vocab_size, rank, hidden_size)
+    def __init__(
+        self, vocab_size: int, rank: int, hidden_size: int, out_size: int | None = None
+    ) -> None:
+        super().__init__(vocab_size, rank, hidden_size, out_size)
         self.gate_proj = nn.Linear(hidden_size + rank, rank)
 
     def _gated(self, prev_tokens: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
@@ -108,8 +116,10 @@ class RNNHead(MarkovHead):
 
     sglang_type = "rnn"
 
-    def __init__(self, vocab_size: int, rank: int, hidden_size: int) -> None:
-        super().__init__(vocab_size, rank, hidden_size)
+    def __init__(
+        self, vocab_size: int, rank: int, hidden_size: int, out_size: int | None = None
+    ) -> None:
+        super().__init__(vocab_size, rank, hidden_size, out_size)
         self.joint_proj = nn.Linear(2 * rank + hidden_size, 3 * rank)
 
     def init_state(self, n: int, like: torch.Tensor) -> torch.Tensor:

@@ -12,6 +12,16 @@ data parallelism the denominator is that sum over every rank's micro-batch and t
 scaled by the number of ranks (`weight_total`, `scale`; see DraftTrainer.train_step), so every
 supervised token of a micro-step weighs the same whatever rank it lands on, as in DeepSpec.
 
+Pruned draft vocabulary (`draft.draft_vocab_size` K, draft_models.vocab): the draft's logits come
+from its own trainable head [K, H] (and a Markov W2 of K rows); the teacher's are the target's
+logits at the K kept ids (the target head's kept rows), softmaxed as usual, so p_t is the target's
+distribution renormalised over the kept set. A label outside the kept set drops out of CE (the
+draft cannot name it: a target there would only push all kept ids down); TV and the confidence
+term keep the row, since the restricted teacher is defined everywhere. Its denominator W is
+unchanged, so such rows add zero CE rather than reweighting the rest. c* (and simulated tau) is
+then measured against the restricted teacher: it overstates the real acceptance by at most the
+target's probability mass outside the kept set. The Triton kernel runs unchanged on [rows, K].
+
 Memory bound: only `chunk_rows` predictions have vocabulary-wide tensors alive at a time. The
 training path (`_FusedObjective`) computes each chunk's gradient with respect to its inputs in
 the same pass as its value, from closed forms, so nothing vocabulary-wide is kept for backward
@@ -31,6 +41,7 @@ from .config import LossConfig
 from .heads import FrozenTargetHead
 from .models import DraftOutput
 from .packing import PackedBatch
+from .vocab import DraftVocab, kept_ids, to_draft
 
 PARTS = ("ce", "distill", "conf")
 
@@ -94,9 +105,12 @@ def position_weights(gamma: int, decay: float, device=None) -> torch.Tensor:
     return torch.exp(-torch.arange(gamma, dtype=torch.float32, device=device) / decay)
 
 
-def _chunk_terms(hidden, latent, conf_logit, target_hidden, labels, lm_head, w2, divergence):
+def _chunk_terms(
+    hidden, latent, conf_logit, target_hidden, labels, lm_head, w2, divergence, teacher
+):  # fmt: skip
     """Per-row loss terms and metrics for one chunk, by autograd (the reference form of the
-    objective; `fused=False`). Rows: predictions; all outputs [rows]."""
+    objective; `fused=False`). Rows: predictions; all outputs [rows]. `lm_head` scores the
+    draft's output ids, `teacher` the target's at the same ids."""
     if latent is not None:
         logits = (
             torch.cat((hidden, latent.to(hidden.dtype)), -1)
@@ -106,7 +120,7 @@ def _chunk_terms(hidden, latent, conf_logit, target_hidden, labels, lm_head, w2,
         logits = hidden @ lm_head.T
     logp_d = F.log_softmax(logits.float(), dim=-1)
     with torch.no_grad():
-        logp_t = F.log_softmax((target_hidden @ lm_head.T).float(), dim=-1)
+        logp_t = F.log_softmax((target_hidden @ teacher.T).float(), dim=-1)
         p_t = logp_t.exp()
     p_d = logp_d.exp()
     l1 = (p_d - p_t).abs().sum(-1)
@@ -124,7 +138,7 @@ def _chunk_terms(hidden, latent, conf_logit, target_hidden, labels, lm_head, w2,
     return torch.stack((ce, distill, conf)), torch.stack((c_star, top1))
 
 
-def _reference_terms(rows_in, lm_head, w2, cfg: LossConfig):
+def _reference_terms(rows_in, lm_head, w2, cfg: LossConfig, teacher):
     """terms [3, rows] and metrics [2, rows] by autograd, each chunk under activation
     checkpointing (its vocabulary-wide tensors are recomputed in backward)."""
     hidden, latent, conf_logit, target_hidden, labels = rows_in
@@ -140,10 +154,11 @@ def _reference_terms(rows_in, lm_head, w2, cfg: LossConfig):
             lm_head,
             w2,
             cfg.divergence,
+            teacher,
         )
         t, m = (
             checkpoint(_chunk_terms, *args, use_reentrant=False)
-            if hidden.requires_grad
+            if hidden.requires_grad or lm_head.requires_grad
             else _chunk_terms(*args)
         )
         terms.append(t)
@@ -163,13 +178,15 @@ class _FusedObjective(torch.autograd.Function):
     ([vocab, rank]), never a vocabulary-wide tensor: no recomputation in backward, no autograd
     graph over [rows, vocab] (about 3x fewer full-vocabulary passes than the reference, and one
     backward kernel instead of a chunk's worth). Inputs: the rows' hidden states (and Markov
-    latents with W2, the bias added inside the logits GEMM), `coef_rows` [3, rows] = term weight
-    x position weight x scale / W for each row."""
+    latents with W2, the bias added inside the logits GEMM), `lm_head` the draft's output head
+    (a pruned draft's own, trainable: its gradient g^T h is summed over the chunks as W2's is),
+    `teacher` the target head's rows at the same ids, `coef_rows` [3, rows] = term weight x
+    position weight x scale / W for each row."""
 
     @staticmethod
     def forward(
-        ctx, hidden, latent, conf_logit, w2, lm_head, target_hidden, labels, coef_rows, cfg,
-        need_grad,
+        ctx, hidden, latent, conf_logit, w2, lm_head, teacher, target_hidden, labels, coef_rows,
+        cfg, need_grad,
     ):  # fmt: skip
         rows = hidden.shape[0]
         terms = hidden.new_empty((3, rows), dtype=torch.float32)
@@ -181,6 +198,11 @@ class _FusedObjective(torch.autograd.Function):
             if need_grad and w2 is not None
             else None
         )
+        grad_head = (
+            torch.zeros(lm_head.shape, dtype=torch.float32, device=lm_head.device)
+            if need_grad and lm_head.requires_grad
+            else None
+        )
         vocab_terms = loss_kernels.pick(cfg.kernel, hidden.device)
         for start in range(0, rows, cfg.chunk_rows):
             sl = slice(start, start + cfg.chunk_rows)
@@ -188,7 +210,7 @@ class _FusedObjective(torch.autograd.Function):
             if latent is not None:  # the Markov bias B = latent @ W2^T, added by the GEMM
                 z = torch.addmm(z, latent[sl], w2.T)
             terms[0, sl], terms[1, sl], metrics[0, sl], metrics[1, sl], g = vocab_terms(
-                z, target_hidden[sl] @ lm_head.T, labels[sl], coef_rows[0, sl],
+                z, target_hidden[sl] @ teacher.T, labels[sl], coef_rows[0, sl],
                 coef_rows[1, sl], cfg.divergence, lm_head.dtype if need_grad else None,
             )  # fmt: skip
             del z
@@ -197,6 +219,8 @@ class _FusedObjective(torch.autograd.Function):
                 if latent is not None:
                     grad_lat[sl] = g @ w2
                     grad_w2 += (g.T @ latent[sl]).float()
+                if grad_head is not None:
+                    grad_head += (g.T @ hidden[sl]).float()
             del g
         if conf_logit is not None:
             c = conf_logit.float()
@@ -207,7 +231,11 @@ class _FusedObjective(torch.autograd.Function):
             grad_conf = None
         loss = (terms * coef_rows).sum()
         ctx.save_for_backward(
-            grad_h, grad_lat, grad_conf, None if grad_w2 is None else grad_w2.to(w2.dtype)
+            grad_h,
+            grad_lat,
+            grad_conf,
+            None if grad_w2 is None else grad_w2.to(w2.dtype),
+            None if grad_head is None else grad_head.to(lm_head.dtype),
         )
         ctx.conf_dtype = None if conf_logit is None else conf_logit.dtype
         ctx.mark_non_differentiable(terms, metrics)
@@ -215,7 +243,7 @@ class _FusedObjective(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_loss, _grad_terms, _grad_metrics):
-        grad_h, grad_lat, grad_conf, grad_w2 = ctx.saved_tensors
+        grad_h, grad_lat, grad_conf, grad_w2, grad_head = ctx.saved_tensors
         if grad_h is None:
             raise RuntimeError("the fused loss was built without gradients (need_grad=False)")
         scale = lambda t, dt=None: None if t is None else (t * grad_loss).to(dt or t.dtype)  # noqa: E731
@@ -224,6 +252,7 @@ class _FusedObjective(torch.autograd.Function):
             scale(grad_lat),
             scale(grad_conf, ctx.conf_dtype),
             scale(grad_w2),
+            scale(grad_head),
             *([None] * 6),
         )
 
@@ -238,6 +267,8 @@ def distillation_loss(
     scale: float = 1.0,
     *,
     fused: bool = True,
+    vocab: DraftVocab | None = None,
+    output_head: torch.Tensor | None = None,
 ) -> LossResult:
     """The weighted DSpark objective over every valid block prediction in `batch`.
 
@@ -246,7 +277,10 @@ def distillation_loss(
     all-reduced) and `scale` = the number of ranks, so that after the ranks' gradients are averaged
     every supervised token weighs the same whatever rank it landed on (as DeepSpec does).
     `fused`: gradients in the forward pass (`_FusedObjective`, what training uses); False runs
-    the reference form by autograd, which the tests and scripts/bench_loss.py compare against."""
+    the reference form by autograd, which the tests and scripts/bench_loss.py compare against.
+    `vocab` and `output_head` [K, H] (a pruned draft: both or neither): the draft's logits come
+    from `output_head`, the teacher's from the target head's kept rows, and a label outside the
+    kept set drops out of CE (module docstring)."""
     n, gamma, h = out.hidden.shape
     if batch.labels.shape != (n, gamma):
         raise ValueError(
@@ -254,7 +288,12 @@ def distillation_loss(
         )
     if (out.seq_latent is None) != (markov_w2 is None):
         raise ValueError("pass markov_w2 exactly when the draft has a sequential head")
-    lm_head = target_head.lm_head_weight
+    if (vocab is None) != (output_head is None):
+        raise ValueError("pass vocab and output_head together (a pruned draft vocabulary)")
+    lm_head = teacher = target_head.lm_head_weight
+    if vocab is not None:  # the teacher's logits at the kept ids only: its head's kept rows
+        teacher = lm_head.index_select(0, kept_ids(vocab.d2t))
+        lm_head = output_head
     mask = batch.label_mask.reshape(-1)
     rows = torch.nonzero(mask).squeeze(1) if batch.label_rows is None else batch.label_rows
     if rows.numel() == 0:
@@ -263,8 +302,12 @@ def distillation_loss(
     weights = position_weights(gamma, cfg.position_decay, mask.device)[slot]
     flat = lambda t: None if t is None else t.reshape(n * gamma, *t.shape[2:])[rows]  # noqa: E731
     hidden, latent, conf_logit = flat(out.hidden), flat(out.seq_latent), flat(out.confidence_logit)
-    target_hidden = flat(batch.target_hidden).to(lm_head.dtype)
+    target_hidden = flat(batch.target_hidden).to(teacher.dtype)
     labels = flat(batch.labels)
+    ce_kept = None
+    if vocab is not None:  # labels as draft ids; one outside the kept set leaves CE
+        labels, ce_kept = to_draft(labels, vocab.t2d)
+        ce_kept = ce_kept.float()
     total_w = weights.sum() if weight_total is None else weight_total
     coef = torch.tensor(
         [cfg.ce_weight, cfg.distill_weight, cfg.confidence_weight], device=weights.device
@@ -278,17 +321,21 @@ def distillation_loss(
         else:
             w2 = None
         need_grad = torch.is_grad_enabled() and any(
-            t is not None and t.requires_grad for t in (hidden, latent, conf_logit, w2)
+            t is not None and t.requires_grad for t in (hidden, latent, conf_logit, w2, lm_head)
         )
         coef_rows = coef[:, None] * (weights * (scale / total_w))[None, :]
+        if ce_kept is not None:
+            coef_rows[0] *= ce_kept
         loss, terms, metrics = _FusedObjective.apply(
-            hidden, latent, conf_logit, w2, lm_head, target_hidden, labels, coef_rows, cfg,
-            need_grad,
+            hidden, latent, conf_logit, w2, lm_head, teacher, target_hidden, labels, coef_rows,
+            cfg, need_grad,
         )  # fmt: skip
     else:
         terms, metrics = _reference_terms(
-            (hidden, latent, conf_logit, target_hidden, labels), lm_head, markov_w2, cfg
+            (hidden, latent, conf_logit, target_hidden, labels), lm_head, markov_w2, cfg, teacher
         )
+    if ce_kept is not None:  # the dropped rows' CE (of a stand-in label) out of the means
+        terms = torch.cat((terms[:1] * ce_kept, terms[1:]))
     means = (terms * weights).sum(1) / total_w * scale
     if not fused:
         loss = (means * coef).sum()
@@ -309,11 +356,20 @@ def label_weight_total(batch: PackedBatch, decay: float) -> torch.Tensor:
 
 
 def draft_loss(draft, out: DraftOutput, batch: PackedBatch, **normalisation) -> LossResult:
-    """The objective of every built-in architecture: `distillation_loss` with the draft's own
-    frozen head, loss weights and (if it has one) sequential-head bias weight. `normalisation`:
+    """The objective of every built-in architecture: `distillation_loss` with the draft's
+    frozen target head (and, for a pruned vocabulary, its own head and maps), loss weights and
+    (if it has one) sequential-head bias weight. `normalisation`:
     `weight_total` and `scale` (see distillation_loss)."""
+    pruned = draft.cfg.pruned_vocab
     return distillation_loss(
-        out, batch, draft.target_head, draft.cfg.loss, draft.vocab_bias_weight, **normalisation
+        out,
+        batch,
+        draft.target_head,
+        draft.cfg.loss,
+        draft.vocab_bias_weight,
+        vocab=draft.vocab,
+        output_head=draft.output_head_weight if pruned else None,
+        **normalisation,
     )
 
 

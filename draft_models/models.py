@@ -17,6 +17,7 @@ from torch import nn
 from .config import DraftConfig, TargetSpec
 from .heads import FrozenTargetHead
 from .registry import get_arch
+from .vocab import DraftVocab, to_target, to_target_probs
 
 
 @dataclass
@@ -58,6 +59,16 @@ class DraftModel(nn.Module):
         self.fc = nn.Linear(
             self.num_context_features * cfg.hidden_size, cfg.hidden_size, bias=False
         )
+        if cfg.pruned_vocab:
+            # A pruned vocabulary (draft_models.vocab): the draft's own LM head over the K kept
+            # ids, trainable as EAGLE-3's pruned heads are (speculators freezes its copy; a
+            # head of K rows is worth adapting to the draft's hidden states), and the maps as
+            # buffers, so the checkpoint, the engine state and every export carry them.
+            # `set_vocab` fills both (the head from the target head's kept rows).
+            k, v = cfg.draft_vocab_size, target_head.vocab_size
+            self.lm_head = nn.Linear(cfg.hidden_size, k, bias=False)
+            self.register_buffer("d2t", torch.zeros(k, dtype=torch.long))
+            self.register_buffer("t2d", torch.zeros(v, dtype=torch.bool))
 
     def fuse_context(self, features: torch.Tensor) -> torch.Tensor:
         expected = self.fc.in_features
@@ -72,14 +83,70 @@ class DraftModel(nn.Module):
             )
         return self.fc(features.to(self.fc.weight.dtype))
 
+    # ----- the output vocabulary: the target's whole one, or a pruned one (cfg.draft_vocab_size)
+    @property
+    def vocab(self) -> DraftVocab | None:
+        """The pruned vocabulary's maps (this draft's buffers), or None for the full one."""
+        return DraftVocab(self.d2t, self.t2d) if self.cfg.pruned_vocab else None
+
+    @torch.no_grad()
+    def set_vocab(self, vocab: DraftVocab) -> None:
+        """Install a pruned vocabulary's maps and start the LM head from the target head's kept
+        rows (what the draft would predict with the target's head restricted to them)."""
+        if not self.cfg.pruned_vocab:
+            raise ValueError("set_vocab: this draft predicts the whole vocabulary")
+        vocab.validate()
+        if (vocab.size, vocab.vocab_size) != (self.d2t.numel(), self.t2d.numel()):
+            raise ValueError(
+                f"draft vocabulary of {vocab.size} of {vocab.vocab_size} ids for a draft of "
+                f"draft_vocab_size={self.d2t.numel()} over {self.t2d.numel()} target ids"
+            )
+        self.d2t.copy_(vocab.d2t)
+        self.t2d.copy_(vocab.t2d)
+        head = self.target_head.lm_head_weight
+        rows = head[vocab.kept_ids.to(head.device)]
+        self.lm_head.weight.copy_(rows)
+
+    def check_vocab(self) -> None:
+        """ValueError when a pruned draft's maps are unset or inconsistent (a host read: call it
+        once, when a trainer or proposer starts, not per step)."""
+        if self.cfg.pruned_vocab:
+            try:
+                self.vocab.validate()
+            except ValueError as exc:
+                raise ValueError(f"draft_vocab_size={self.cfg.draft_vocab_size}: {exc}") from None
+
+    @property
+    def output_head_weight(self) -> torch.Tensor:
+        """The LM head that scores the draft's output ids: its own [K, H] when pruned, else the
+        target's frozen [V, H]."""
+        return self.lm_head.weight if self.cfg.pruned_vocab else self.target_head.lm_head_weight
+
+    def output_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Logits over the draft's output ids ([..., K] pruned, else [..., V])."""
+        if self.cfg.pruned_vocab:
+            return self.lm_head(hidden.to(self.lm_head.weight.dtype))
+        return self.target_head.logits(hidden)
+
+    def target_ids(self, ids: torch.Tensor) -> torch.Tensor:
+        """Output ids -> target ids (the identity for the full vocabulary)."""
+        return to_target(ids, self.d2t) if self.cfg.pruned_vocab else ids
+
+    def target_probs(self, probs: torch.Tensor) -> torch.Tensor:
+        """Distributions over output ids -> over target ids, zero outside a pruned set."""
+        if not self.cfg.pruned_vocab:
+            return probs
+        return to_target_probs(probs, self.d2t, self.t2d.numel())
+
     @property
     def sequential_head(self) -> nn.Module | None:
         return getattr(self, "markov_head", None)
 
     @property
     def vocab_bias_weight(self) -> torch.Tensor | None:
-        """W2 of the sequential head ([V, r]): the loss folds the transition bias into its LM-head
-        matmul. None for drafts without a sequential head."""
+        """W2 of the sequential head ([V, r]; [K, r] for a pruned vocabulary): the loss folds
+        the transition bias into its LM-head matmul. None for drafts without a sequential
+        head."""
         head = self.sequential_head
         return head.markov_w2.weight if head is not None else None
 

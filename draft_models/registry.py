@@ -29,6 +29,8 @@ class DraftArch:
       block is anchor + gamma masks and slots 1..gamma predict.
     - `check`: architecture-specific validation of a config; raises ValueError naming the field.
     - `loss`: (draft, DraftOutput, PackedBatch) -> LossResult: what this architecture trains on.
+    - `pruned_vocab`: the model and proposer support `draft_vocab_size` (draft_models.vocab:
+      their own LM head over K kept ids, proposals mapped to target ids); others refuse it.
     - `export`: (resolved cfg, TargetSpec) -> SGLang config.json dict, raising ValueError for a
       configuration SGLang cannot serve; None when SGLang cannot serve the architecture at all
       (`not_servable` says why).
@@ -45,6 +47,7 @@ class DraftArch:
     check: Callable[[Any], None] | None = None
     export: Callable[[Any, Any], dict] | None = None
     not_servable: str = ""
+    pruned_vocab: bool = False
 
 
 _ARCHS: dict[str, DraftArch] = {}

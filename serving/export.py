@@ -10,10 +10,12 @@ exactly the draft's own weights under the names SGLang's DSpark loader maps (`la
 stay the target's. `hf` is DeepSpec's layout (the target's config under the same fields, and
 copies of its embedding and LM head), which SGLang loads too; `speculators` is vLLM speculators'
 DSpark layout (draft_models.formats). Every format is read back by train.init_from and the
-serving CLIs. Drafts no engine can serve are refused, with the reason; an existing output
-directory is replaced only once the new one is complete. It prints the files written, with
-their sizes, and the command that serves them (`serving.launch`'s, for the target the draft
-was trained against).
+serving CLIs. A pruned draft vocabulary (draft.draft_vocab_size) is written in `hf` and
+`speculators` (config `draft_vocab_size`, weights `d2t`, `t2d`, `lm_head.weight` [K, H]) and
+refused in `sglang`, which has no place for it. Drafts no engine can serve are refused, with the
+reason; an existing output directory is replaced only once the new one is complete. It prints
+the files written, with their sizes, and the command that serves them (`serving.launch`'s, for
+the target the draft was trained against).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from draft_models import (
 from draft_models.config_io import read_json
 from draft_models.formats import (
     FORMATS,
+    SGLANG_PRUNED,
     check_format,
     hf_config,
     speculators_config,
@@ -95,11 +98,17 @@ def export_draft(
     weights = dict(draft.weights)
     try:
         config = export_config(draft.cfg, draft.target)
+        if fmt == "sglang" and draft.cfg.pruned_vocab:
+            k, v = draft.cfg.draft_vocab_size, draft.target.vocab_size
+            raise ValueError(SGLANG_PRUNED.format(k=k, v=v))
         if fmt != "sglang":
             target_config = read_json(Path(draft.model_dir) / "config.json", "target config")
         if fmt == "hf":
             config = hf_config(config, target_config)
-            weights.update(target_copies(Path(draft.model_dir)))
+            copies = target_copies(Path(draft.model_dir))
+            if draft.cfg.pruned_vocab:  # its lm_head.weight is the draft's own [K, H]
+                del copies["lm_head.weight"]
+            weights.update(copies)
         elif fmt == "speculators":
             verifier = {
                 "name_or_path": str(draft.model_dir),
@@ -118,7 +127,10 @@ def export_draft(
     tmp.mkdir(parents=True)
     (tmp / "config.json").write_text(json.dumps({**config, "torch_dtype": dtype}, indent=1))
     checkpoint.save_weights(
-        {k: v.to(WEIGHT_DTYPES[dtype]).contiguous() for k, v in sorted(weights.items())},
+        {
+            k: checkpoint.as_weight(v, WEIGHT_DTYPES[dtype]).contiguous()
+            for k, v in sorted(weights.items())
+        },
         tmp,
         max_shard_mb,
     )
@@ -204,7 +216,8 @@ def main(argv=None) -> int:
             for given, name in ((args.sps, "sps.json"), (args.sts, "sts.json"))
         )
         out = export_draft(draft, args.out, sps, sts, args.dtype, args.max_shard_mb, args.format)
-        argv, env = launch.build_command(str(draft.model_dir), out)
+        pruned = draft.cfg.pruned_vocab
+        argv, env = (None, None) if pruned else launch.build_command(str(draft.model_dir), out)
     except (ValueError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -213,7 +226,12 @@ def main(argv=None) -> int:
     print("files written:")
     for p in files:
         print(f"  {p.name:<{width}}  {_size(p.stat().st_size):>9}")
-    if args.format == "speculators":
+    if pruned:
+        print(
+            f"a pruned draft vocabulary ({draft.cfg.draft_vocab_size} ids, maps d2t / t2d): "
+            "SplitServe's decoder and vLLM speculators' layout read it; SGLang 0.5.23 does not"
+        )
+    elif args.format == "speculators":
         print(
             "speculators' DSpark layout: vLLM reads it (not run here); SGLang 0.5.23 does not "
             "(export --format sglang or hf for it)"

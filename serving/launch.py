@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 
 from draft_models.config_io import read_json
+from draft_models.formats import SGLANG_PRUNED
 from splitserve import checkpoint
 
 from . import cli
@@ -42,6 +43,9 @@ def build_command(
             f"{draft}/config.json is not a DSpark draft "
             f"(architectures={config.get('architectures')})"
         )
+    k = config.get("draft_vocab_size")
+    if k and config.get("vocab_size") and k < config["vocab_size"]:
+        raise ValueError(f"{draft}: " + SGLANG_PRUNED.format(k=k, v=config["vocab_size"]))
     argv = [
         "--model-path",
         str(target),

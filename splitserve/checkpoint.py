@@ -107,13 +107,17 @@ def tensor_files(directory: Path) -> list[str]:
 
 def param_count(directory: Path) -> int:
     """Parameters of the weights in `directory` (one file or its shards), from the files'
-    headers: no tensor is read."""
+    headers: no tensor is read. Integer and boolean tensors (a pruned vocabulary's maps) are
+    buffers, not parameters."""
     from safetensors import safe_open
 
     total = 0
     for name in tensor_files(directory):
         with safe_open(str(directory / name), "pt") as f:
-            total += sum(math.prod(f.get_slice(key).get_shape()) for key in f.keys())
+            slices = [f.get_slice(key) for key in f.keys()]
+            total += sum(
+                math.prod(s.get_shape()) for s in slices if s.get_dtype().startswith(("F", "BF"))
+            )
     return total
 
 
@@ -130,6 +134,39 @@ def load_weights(directory: Path) -> dict[str, torch.Tensor]:
         except (SafetensorError, FileNotFoundError) as exc:
             raise ValueError(f"{directory / name} cannot be read: {exc}") from None
     return out
+
+
+def as_weight(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """`t` detached, cast to `dtype` when it holds floats (weights); integer and boolean tensors
+    (a pruned vocabulary's d2t / t2d maps) as they are."""
+    t = t.detach()
+    return t.to(dtype) if t.is_floating_point() else t
+
+
+def read_draft_vocab(path: Path):
+    """The pruned-vocabulary maps (draft_models.vocab.DraftVocab) stored with a draft: in a
+    checkpoint's draft/ weights, a draft/ folder or an export in any layout; None when it holds
+    none. Reads those two tensors only (a run resumes or starts from them: never recounted)."""
+    from safetensors import safe_open
+
+    from draft_models.vocab import DraftVocab
+
+    path = Path(path)
+    directory = path if is_draft_only(path) else path / "draft"
+    found = {}
+    for name in tensor_files(directory):
+        with safe_open(str(directory / name), "pt") as f:
+            for key in f.keys():
+                if key.removeprefix("model.") in ("d2t", "t2d"):
+                    found[key.removeprefix("model.")] = f.get_tensor(key)
+    if not found:
+        return None
+    if set(found) != {"d2t", "t2d"}:
+        raise ValueError(f"{directory}: holds {', '.join(found)} of the maps d2t and t2d")
+    try:
+        return DraftVocab(found["d2t"], found["t2d"]).validate()
+    except ValueError as exc:
+        raise ValueError(f"{directory}: {exc}") from None
 
 
 # ----- writing -----
@@ -150,7 +187,8 @@ def write_draft_files(
     (staging / "draft").mkdir(parents=True, exist_ok=True)
     # clones: DeepSpeed's parameters are views of one flat buffer, which the shard split would
     # count as one tensor
-    weights = {k: v.detach().float().cpu().clone() for k, v in state_dict.items()}
+    # (a pruned vocabulary's maps, d2t int64 and t2d bool, keep their dtypes)
+    weights = {k: as_weight(v, torch.float32).cpu().clone() for k, v in state_dict.items()}
     save_weights(weights, staging / "draft", max_shard_mb)
     (staging / DRAFT_CONFIG).write_text(json.dumps(asdict(draft_cfg), indent=1))
     (staging / RUN_CONFIG).write_text(config_yaml)

@@ -24,6 +24,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from draft_models import DraftConfig
+from draft_models.vocab import DraftVocab
 
 from . import checkpoint as ckpt
 from .config import RunConfig, load_run_config
@@ -192,6 +193,7 @@ def prepare(cfg: RunConfig, node: Any, run_dir: Path):
         print(f"train.init_from ignored: resuming from {resume_from}", file=sys.stderr)
     if start >= cfg.train.steps:
         print(f"run already complete at step {start} (train.steps={cfg.train.steps})")
+    vocab = draft_vocab(cfg, draft, tok, spec.vocab_size, prompts.train, resume_from or init_from)
     link = (
         "nccl"
         if device == "cuda"
@@ -212,7 +214,76 @@ def prepare(cfg: RunConfig, node: Any, run_dir: Path):
         device=device,
         link_backend=link,
         target_layer_ids=draft.target_layer_ids,
+        draft_vocab=vocab,
     )
+
+
+def draft_vocab(
+    cfg: RunConfig, draft: DraftConfig, tokenizer, vocab_size: int, conversations, stored
+) -> DraftVocab | None:
+    """A pruned draft vocabulary's maps (draft.draft_vocab_size), chosen once per run: read back
+    from the checkpoint resumed or the draft started from (`stored`: they hold the maps the
+    draft was trained with; never recounted), else the top K of the training answers' token
+    counts (`count_answer_tokens`). None for the full vocabulary."""
+    if not draft.pruned_vocab:
+        return None
+    k = draft.draft_vocab_size
+    if stored is not None:
+        vocab = ckpt.read_draft_vocab(Path(stored))
+        if vocab is None or vocab.size != k:
+            raise ValueError(f"{stored} holds no draft vocabulary maps of {k} ids")
+        print(f"draft vocabulary: {k} ids, the maps stored in {stored}", file=sys.stderr)
+        return vocab
+    counts = count_answer_tokens(
+        tokenizer, conversations, cfg.data.max_length, vocab_size, draft.draft_vocab_size
+    )
+    vocab = DraftVocab.from_counts(counts, k, draft.block_size)
+    share = counts[vocab.kept_ids].sum() / counts.sum()
+    source = (
+        "the dataset's answers (the target regenerates them: a proxy; train on a "
+        "splitserve.regenerate file with target.regenerate=false to count its own)"
+        if cfg.target.regenerate
+        else "the training answers"
+    )
+    print(
+        f"draft vocabulary: the {k} most frequent of {counts.numel()} target ids, "
+        f"{share:.2%} of the {int(counts.sum())} answer tokens of {source}",
+        file=sys.stderr,
+    )
+    return vocab
+
+
+def count_answer_tokens(
+    tokenizer, conversations, max_length: int, vocab_size: int, k: int
+) -> torch.Tensor:
+    """Counts [vocab_size] of every target id over the tokens the trainer supervises: each training
+    conversation rendered as the target worker renders it (chat template, cut to
+    `max_length`), its assistant-turn tokens counted. A conversation repeated in the pool
+    (source weights) counts as often as it appears; one without an answer (a prompt-only
+    source the target answers) counts nothing. A progress bar past a thousand conversations."""
+    from collections import Counter
+
+    from tqdm import tqdm
+
+    from .target.chat import render_with_loss_mask
+
+    repeats = Counter(id(c) for c in conversations)
+    unique = list({id(c): c for c in conversations}.values())
+    counts = torch.zeros(vocab_size, dtype=torch.long)
+    for conv in tqdm(
+        unique, desc="counting answer tokens", unit="conv", disable=len(unique) < 1000
+    ):
+        if not any(m.get("role") == "assistant" for m in conv):
+            continue
+        ids, mask = render_with_loss_mask(tokenizer, conv, max_length)
+        counts += torch.bincount(ids[mask], minlength=vocab_size) * repeats[id(conv)]
+    if not counts.any():
+        raise ValueError(
+            f"draft.draft_vocab_size={k}: the training data holds no answer "
+            "tokens to count (prompt-only sources): write the target's answers once with "
+            "splitserve.regenerate and train on that file"
+        )
+    return counts
 
 
 HYDRA_ONLY = {".hydra", "train.log", "main.log"}

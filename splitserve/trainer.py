@@ -29,6 +29,7 @@ from draft_models import (
 )
 from draft_models.losses import label_weight_total
 from draft_models.packing import NoAnchorsError, host_tokens
+from draft_models.vocab import DraftVocab
 
 from .config import TrainConfig
 
@@ -92,9 +93,12 @@ class DraftTrainer:
         dp_world: int,
         mpu=None,
         init_weights: dict[str, torch.Tensor] | None = None,
+        vocab: DraftVocab | None = None,
     ) -> None:
         """`init_weights`: the draft's starting weights (train.init_from), loaded before
-        DeepSpeed copies the parameters into its optimizer state."""
+        DeepSpeed copies the parameters into its optimizer state. `vocab`: a pruned draft
+        vocabulary's maps (draft.draft_vocab_size; counted or read once, before any worker
+        starts: splitserve.train.draft_vocab), installed before either."""
         if device.type == "cpu":  # say so instead of letting DeepSpeed warn that it found no GPU
             os.environ.setdefault("DS_ACCELERATOR", "cpu")
         import deepspeed
@@ -102,6 +106,8 @@ class DraftTrainer:
         self.cfg, self.device, self.target_spec, self.dp_world = cfg, device, target, dp_world
         seed_everything(cfg.seed)
         draft = build_draft(draft_cfg, target, head)
+        if vocab is not None:
+            draft.set_vocab(vocab)
         if init_weights is not None:
             try:
                 draft.load_state_dict(init_weights, strict=True)
@@ -109,6 +115,7 @@ class DraftTrainer:
                 raise ValueError(
                     f"train.init_from: the weights do not fit the draft: {exc}"
                 ) from None
+        draft.check_vocab()
         self.draft_cfg = draft.cfg
         self.engine, _, _, self.scheduler = deepspeed.initialize(
             model=draft,

@@ -23,6 +23,8 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from draft_models.vocab import DraftVocab
+
 from . import checkpoint as ckpt
 from .config import RunConfig, import_plugins, in_flight
 from .data import Conversation, PromptStream
@@ -112,6 +114,7 @@ class RunContext:
     store_port: int = 0
     trainer_port: int = 0
     target_layer_ids: list[int] = field(default_factory=list)  # the resolved draft's
+    draft_vocab: DraftVocab | None = None  # a pruned draft vocabulary's maps (train.draft_vocab)
 
     def conversation(self, g: int) -> Conversation:
         if g < 0:
@@ -608,6 +611,7 @@ def _build_trainer(ctx: RunContext, rank: int, device: torch.device) -> DraftTra
         dp_world=ctx.topology.num_trainers,
         mpu=mpu,
         init_weights=init,
+        vocab=ctx.draft_vocab,
     )
     if ctx.resume_from:
         _load_checkpoint(trainer, ctx)

@@ -26,6 +26,9 @@ class DSparkDraft(DraftModel):
 
     arch=dflash uses the same backbone with anchor + gamma mask slots, predicts from the mask slots,
     and has neither sequential nor confidence head.
+
+    With `draft_vocab_size` K (DSpark only) it predicts K kept target ids through its own LM head
+    (DraftModel) and a Markov W2 of K rows; the proposer maps its picks back to target ids.
     """
 
     def __init__(self, cfg: DraftConfig, target_head: FrozenTargetHead) -> None:
@@ -35,7 +38,7 @@ class DSparkDraft(DraftModel):
         self.norm = nn.RMSNorm(cfg.hidden_size, eps=cfg.rms_norm_eps)
         if cfg.sequential_head != "none":
             self.markov_head = SEQUENTIAL_HEAD_CLASSES[cfg.sequential_head](
-                target_head.vocab_size, cfg.markov_rank, cfg.hidden_size
+                target_head.vocab_size, cfg.markov_rank, cfg.hidden_size, cfg.draft_vocab_size
             )
         if cfg.confidence_head:
             rank = cfg.markov_rank if cfg.sequential_head != "none" else 0
@@ -153,6 +156,7 @@ class DSparkProposer:
         self.anchor_in, self.pos_in, self.seed_in = z, z.clone(), z.clone()
         self.draws = z.clone()  # sampling counter
         self.confidence_logits: torch.Tensor | None = None  # raw logits [gamma], last proposal
+        draft.check_vocab()  # a pruned draft's maps must be set before it proposes
 
     def reset(self, seed: int | torch.Tensor = 0) -> None:
         """A new request (or R of them: `seed` per row): stale keys sit at positions its anchors
@@ -250,9 +254,12 @@ class DSparkProposer:
         hidden = hidden[:, : self.gamma]
         tokens, dists = [], []
         prev = anchor
-        # the target head over every slot at once: its vocab x hidden weight (the largest read
-        # of a proposal) is read once, not gamma times (only the Markov term needs the prefix)
-        head_logits = d.target_head.logits(hidden).float()
+        # the LM head over every slot at once: its vocab x hidden weight (the largest read of a
+        # proposal) is read once, not gamma times (only the Markov term needs the prefix). A
+        # pruned draft scores its K output ids (its own head and Markov W2); each pick is
+        # mapped to its target id before it feeds the next slot (Markov W1 and the confidence
+        # head read target ids) or leaves the proposer
+        head_logits = d.output_logits(hidden).float()
         # only the Markov term and the draw run slot after slot: every kernel in this loop is
         # launched gamma times per proposal, so what can run once over all slots does (the
         # target head above, the confidence head below)
@@ -264,7 +271,7 @@ class DSparkProposer:
             # draw k of this proposal: counter draws + k (greedy reads no counter)
             count = self.draws + k if temperature > 0 else self.draws
             picked, probs = pick_counted(logits, temperature, self.seed_in, count)
-            prev = picked[:, 0]
+            prev = d.target_ids(picked[:, 0])
             tokens.append(prev)
             dists.append(probs)
         self.draws.add_(self.gamma)
@@ -279,7 +286,8 @@ class DSparkProposer:
         else:
             confidence = None
             survival = torch.ones(r, self.gamma, dtype=torch.float64, device=anchor.device)
-        proposals = torch.stack(dists, 1) if temperature > 0 else None
+        # over target ids, zero outside a pruned set: rejection sampling stays exact
+        proposals = d.target_probs(torch.stack(dists, 1)) if temperature > 0 else None
         return drafted, proposals, survival, confidence
 
 
@@ -352,6 +360,8 @@ def sglang_config(cfg: DraftConfig, target: TargetSpec) -> dict:
     }
     if cfg.sliding_window:
         out["sliding_window"] = cfg.sliding_window
+    if cfg.pruned_vocab:  # the hf and speculators layouts carry it (serving.export refuses sglang)
+        out["draft_vocab_size"] = cfg.draft_vocab_size
     return out
 
 
@@ -363,5 +373,6 @@ register_arch(
         loss=draft_loss,
         samples_from_anchor=True,
         export=sglang_config,
+        pruned_vocab=True,
     )
 )

@@ -1,0 +1,152 @@
+"""Time one DSpark draft proposal step at the full vs a pruned vocabulary (draft.draft_vocab_size).
+
+    python scripts/bench_draft_vocab.py --out docs/results/draft_vocab.json \
+        [--hidden 4096 --vocab 151936 --k 32000 --layers 5 --block 7 --context 1024]
+
+A random DSpark draft over a random target shape (no model files): its proposer
+(draft_models.archs.dspark.DSparkProposer) is given `--context` committed positions, then one
+proposal step, what the decoder runs per decode step (backbone over the block + LM head over
+every slot + the Markov head and the draw slot by slot + the confidence head), is timed, greedy
+and at temperature 1, with the target's [V, H] head and with a pruned draft's own [K, H] head
+(Markov W2 [K, r]; the draws mapped back to target ids). On CUDA: bf16, each step one CUDA-graph
+replay as the decoder replays it (serving.decoder.GraphedProposal); elsewhere fp32, eager (a
+smoke run: CPU timings say little about a GPU's). Writes the JSON report to --out.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchlib import timed, write_report  # noqa: E402
+
+from draft_models import DraftConfig, DSparkProposer, FrozenTargetHead, TargetSpec  # noqa: E402
+from draft_models.models import build_draft  # noqa: E402
+from draft_models.vocab import DraftVocab  # noqa: E402
+from serving import cli  # noqa: E402
+
+
+def build(args, k: int | None, head: FrozenTargetHead, spec: TargetSpec, device, dtype):
+    """The draft (same seed at every K) on `device`, its maps the K lowest ids when pruned
+    (which ids are kept does not change the cost)."""
+    cfg = DraftConfig(
+        num_layers=args.layers,
+        block_size=args.block,
+        markov_rank=args.markov_rank,
+        target_layer_ids=list(range(1, 1 + args.target_layers)),
+        mask_token_id=0,
+        draft_vocab_size=k,
+    )
+    torch.manual_seed(0)
+    with torch.device(device):  # built where it runs: no host copy of a large draft
+        draft = build_draft(cfg, spec, head).to(dtype=dtype)
+    if k:
+        draft.set_vocab(DraftVocab.from_kept(torch.arange(k), spec.vocab_size))
+    return draft.eval()
+
+
+def step_ms(draft, args, device) -> dict[str, float]:
+    """Median ms of one proposal step, greedy and at T = 1, after committing the context."""
+    gamma, n = args.block, args.context
+    proposer = DSparkProposer(
+        draft, gamma, torch.ones(gamma, dtype=torch.float64, device=device), n + gamma + 1
+    )
+    g = torch.Generator().manual_seed(1)
+    feats = torch.randn(n, args.target_layers * args.hidden, generator=g)
+    tokens = torch.randint(0, args.vocab, (n,), generator=g)
+    proposer.commit(feats.to(device, draft.fc.weight.dtype), tokens.to(device), 0)
+    proposer.reset(0)
+    anchor = tokens[-1:].to(device)
+    if device.type == "cuda":
+        from serving.decoder import GraphedProposal
+
+        propose = GraphedProposal(proposer)
+    else:
+        propose = proposer.propose
+    out = {}
+    for name, temperature in (("greedy_ms", 0.0), ("t1_ms", 1.0)):
+        out[name] = 1000 * timed(lambda t=temperature: propose(anchor, n, t), args.repeats, device)
+    return out
+
+
+def main(argv=None) -> int:
+    ap = cli.script_parser(__file__, __doc__)
+    ap.add_argument("--out", required=True, type=Path, help="the JSON report to write")
+    ap.add_argument("--hidden", type=int, default=4096, help="target (and draft) width")
+    ap.add_argument("--heads", type=int, default=32, help="attention heads (head dim = H/heads)")
+    ap.add_argument("--kv-heads", type=int, default=8)
+    ap.add_argument("--intermediate", type=int, default=12288, help="draft MLP width")
+    ap.add_argument("--vocab", type=int, default=151936, help="the target's vocabulary V")
+    ap.add_argument("--k", type=int, default=32000, help="the pruned draft vocabulary K")
+    ap.add_argument("--layers", type=int, default=5, help="draft layers")
+    ap.add_argument("--block", type=int, default=7, help="gamma: drafts per proposal")
+    ap.add_argument("--markov-rank", type=int, default=256)
+    ap.add_argument("--target-layers", type=int, default=5, help="injected target layers")
+    ap.add_argument("--context", type=int, default=1024, help="committed context positions")
+    ap.add_argument("--repeats", type=int, default=50)
+    ap.add_argument("--device", default="auto", choices=("auto", "cuda", "cpu"))
+    args = ap.parse_args(argv)
+    if not args.block < args.k < args.vocab:
+        ap.error(f"--k {args.k}: need --block ({args.block}) < K < --vocab ({args.vocab})")
+    auto = "cuda" if torch.cuda.is_available() else "cpu"
+    device = torch.device(auto if args.device == "auto" else args.device)
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    spec = TargetSpec(
+        model_type="llama",
+        hidden_size=args.hidden,
+        num_layers=args.target_layers + 3,
+        vocab_size=args.vocab,
+        num_attention_heads=args.heads,
+        num_key_value_heads=args.kv_heads,
+        head_dim=args.hidden // args.heads,
+        intermediate_size=args.intermediate,
+    )
+    g = torch.Generator().manual_seed(0)
+    weight = torch.randn(args.vocab, args.hidden, generator=g) * 0.02
+    head = FrozenTargetHead(weight, weight).to(device=device, dtype=dtype)  # tied: one copy
+    rows = {}
+    with torch.no_grad():
+        for name, k in (("full", None), ("pruned", args.k)):
+            draft = build(args, k, head, spec, device, dtype)
+            rows[name] = {
+                "output_vocab": k or args.vocab,
+                "draft_params": sum(p.numel() for p in draft.parameters()),
+                **step_ms(draft, args, device),
+            }
+            del draft
+    report = {
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "torch": torch.__version__,
+        "dtype": str(dtype),
+        "graphed": device.type == "cuda",
+        "command": cli.command_line(ap, argv),
+        "shape": {
+            k: getattr(args, k)
+            for k in (
+                "hidden",
+                "heads",
+                "kv_heads",
+                "intermediate",
+                "vocab",
+                "k",
+                "layers",
+                "block",
+                "markov_rank",
+                "target_layers",
+                "context",
+            )
+        },  # fmt: skip
+        "full": rows["full"],
+        "pruned": rows["pruned"],
+        "speedup_greedy": rows["full"]["greedy_ms"] / rows["pruned"]["greedy_ms"],
+        "speedup_t1": rows["full"]["t1_ms"] / rows["pruned"]["t1_ms"],
+    }
+    write_report(args.out, report)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

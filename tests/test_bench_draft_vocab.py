@@ -1,0 +1,19 @@
+"""scripts/bench_draft_vocab.py on CPU with a tiny shape: it times the full and the pruned
+proposal step and records what it ran."""
+
+from conftest import script_report
+
+
+def test_bench_draft_vocab_times_both_vocabularies(tmp_path):
+    args = ["--hidden", "32", "--heads", "4", "--kv-heads", "2", "--intermediate", "64"]
+    args += ["--vocab", "300", "--k", "40", "--layers", "1", "--block", "4", "--markov-rank", "8"]
+    args += ["--target-layers", "2", "--context", "16", "--repeats", "2", "--device", "cpu"]
+    report = script_report(tmp_path, "bench_draft_vocab.py", *args)  # its exact command checked
+    assert report["device"] == "cpu" and report["dtype"] == "torch.float32"
+    assert report["shape"]["vocab"] == 300 and report["shape"]["k"] == 40
+    assert report["full"]["output_vocab"] == 300 and report["pruned"]["output_vocab"] == 40
+    # the pruned draft's own head [K, H] and Markov W2 [K, r]: 40 x 32 more, 260 x 8 fewer
+    assert report["pruned"]["draft_params"] - report["full"]["draft_params"] == 40 * 32 - 260 * 8
+    for row in (report["full"], report["pruned"]):
+        assert row["greedy_ms"] > 0 and row["t1_ms"] > 0
+    assert report["speedup_greedy"] == report["full"]["greedy_ms"] / report["pruned"]["greedy_ms"]
