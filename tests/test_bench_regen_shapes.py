@@ -26,7 +26,7 @@ def test_regeneration_at_a_shape_reports_its_rate_beside_its_floors(tmp_path):
     assert row["share_of_floor"] == round(
         row["new_tokens_per_s"] / row["floor_new_tokens_per_s"], 3
     )
-    # --before: the same run with the attention unfolded (fold_gqa off)
+    # --before: the same run on the runtime as before 2026-12-05
     assert row["before_new_tokens_per_s"] > 0 and row["before_ms_per_step_incl_prefills"] > 0
     # --prefill-len: teacher forcing's rate, groups of 8 sequences of 12 tokens
     assert row["prefill_len"] == 12 and row["prefill_group"] == 8

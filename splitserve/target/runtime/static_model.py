@@ -39,6 +39,8 @@ from torch import nn
 
 from draft_models.families import family, static_types
 
+from . import moe_kernels
+
 # RoPE types whose frequencies are fixed at load: "dynamic" and "longrope" rescale them from the
 # largest position in a batch (a host read, and one row's frequencies would depend on the others)
 STATIC_ROPE = ("default", "linear", "llama3", "yarn")
@@ -78,7 +80,9 @@ def unsupported_reason(config) -> str | None:
 
 
 class StaticDecoder(nn.Module):
+    # Benchmarks' before/after switches (--before: the runtime as before 2026-12-05)
     fold_gqa = True  # see _attend
+    use_pair_gemv = True  # see _moe
 
     def __init__(
         self,
@@ -119,6 +123,10 @@ class StaticDecoder(nn.Module):
         self.scale = inner.layers[0].self_attn.scaling
         moe = [p["moe"] for p in self.layers if p["moe"] is not None]
         self.grouped = bool(moe) and _grouped_mm_runs(self.embed, moe[0]["down"].shape[1:])
+        # decode widths: one Triton GEMV per (token, expert) pair (moe_kernels), on CUDA
+        self.pair_gemv = (
+            bool(moe) and self.use_pair_gemv and self.embed.is_cuda and moe_kernels.available()
+        )
         dtype, device = self.embed.dtype, self.embed.device
         # one tensor per layer, written in place by index_put_ on the tensor itself: under
         # torch.compile a write into a view of one stacked [layers, ...] buffer was
@@ -278,8 +286,7 @@ class StaticDecoder(nn.Module):
         enable_gqa falls back to its math kernel, which copies every key and value G times,
         while this runs the memory-efficient kernel over each key head once. A fresh prefill
         (causal, no mask) keeps enable_gqa: its flash kernel shares key heads itself.
-        `fold_gqa = False` (benchmarks' --unfolded, for a before/after on one machine): the
-        enable_gqa call with the mask, as before 2026-12-05."""
+        `fold_gqa = False`: the enable_gqa call with the mask, as before 2026-12-05."""
         b, w, hq, d = q.shape
         hk = k.shape[1]
         if mask is None or hq == hk or not self.fold_gqa:
@@ -311,7 +318,8 @@ class StaticDecoder(nn.Module):
         return F.linear(p["act"](gate) * up, p["down"], p["down_bias"])
 
     def _moe(self, h: torch.Tensor, p: dict) -> torch.Tensor:
-        """Top-k routed experts over h [B, W, H]: the (token, expert) pairs sorted by expert and
+        """Top-k routed experts over h [B, W, H]. At decode widths on CUDA, a GEMV per (token,
+        expert) pair (moe_kernels.routed_mlp); otherwise the pairs sorted by expert and
         run as two grouped GEMMs (`torch._grouped_mm`, offsets on the device: no host read, so
         it graphs), each reading only the experts some token routes to. Router as Qwen3-MoE:
         softmax in fp32, top-k, optionally renormalised, weights cast back to h's dtype."""
@@ -322,6 +330,9 @@ class StaticDecoder(nn.Module):
         if moe["renorm"]:
             weight = weight / weight.sum(dim=-1, keepdim=True)
         weight = weight.to(h.dtype)
+        if self.pair_gemv and expert.numel() <= moe_kernels.MAX_PAIRS:
+            out = moe_kernels.routed_mlp(t, moe["gate_up"], moe["down"], expert, weight, p["act"])
+            return out.reshape(shape)
         if self.grouped:
             flat = expert.reshape(-1)
             order = flat.argsort(stable=True)

@@ -1,0 +1,86 @@
+"""The Triton pair GEMV of a mixture of experts (splitserve/target/runtime/moe_kernels.py) against
+fp32 arithmetic and the grouped-GEMM path, eagerly, in a CUDA graph and compiled (skipped without
+a GPU and Triton; run on the device machine: `python -m pytest -q tests/test_gpu_moe.py`)."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from splitserve.target.runtime import moe_kernels
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not moe_kernels.available(), reason="needs a CUDA device and Triton"),
+]
+CUDA = torch.device("cuda")
+
+
+def problem(tokens: int, experts=16, k=8, hidden=200, inter=96, seed=0):
+    """Dims not multiples of the kernel's tiles, so its masks are exercised."""
+    g = torch.Generator(device=CUDA).manual_seed(seed)
+    r = lambda *s: torch.randn(*s, generator=g, device=CUDA, dtype=torch.bfloat16)  # noqa: E731
+    t = r(tokens, hidden)
+    gate_up, down = r(experts, 2 * inter, hidden) * 0.1, r(experts, hidden, inter) * 0.1
+    probs = F.softmax(r(tokens, experts).float(), -1)
+    weight, expert = probs.topk(k, dim=-1)
+    return t, gate_up, down, expert, weight.to(torch.bfloat16)
+
+
+def reference(t, gate_up, down, expert, weight):
+    out = torch.zeros(t.shape, dtype=torch.float32, device=CUDA)
+    for i in range(t.shape[0]):
+        for j in range(expert.shape[1]):
+            e = int(expert[i, j])
+            gate, up = (gate_up[e].float() @ t[i].float()).chunk(2)
+            a = (F.silu(gate) * up).to(torch.bfloat16).float()  # the kernel's input is bf16
+            out[i] += weight[i, j].float() * (down[e].float() @ a)
+    return out
+
+
+@pytest.mark.parametrize("tokens", [1, 8, 16])
+def test_pair_gemv_equals_fp32_arithmetic(tokens):
+    args = problem(tokens)
+    got = moe_kernels.routed_mlp(*args, act=F.silu)
+    assert got.dtype == torch.bfloat16 and got.shape == args[0].shape
+    torch.testing.assert_close(got.float(), reference(*args), rtol=2e-2, atol=2e-2)
+
+
+def test_pair_gemv_in_a_cuda_graph_and_compiled():
+    t, gate_up, down, expert, weight = problem(8)
+    run = lambda: moe_kernels.routed_mlp(t, gate_up, down, expert, weight, F.silu)  # noqa: E731
+    eager = run()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        run()  # warm-up outside the capture (the kernel compiles here)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = run()
+    t.copy_(problem(8, seed=1)[0])  # new inputs, same buffers
+    graph.replay()
+    torch.testing.assert_close(out, run(), rtol=0, atol=0)
+    assert not torch.equal(out, eager)
+    compiled = torch.compile(run, fullgraph=True)
+    torch.testing.assert_close(compiled(), run(), rtol=0, atol=0)
+
+
+def test_static_decoder_steps_with_the_pair_gemv_as_with_grouped_gemms():
+    """A tiny Qwen3-MoE target in bf16: verify steps of widths 1 and 8 (pairs <= MAX_PAIRS)
+    through the pair GEMV give the grouped-GEMM path's logits and states to bf16 rounding."""
+    from test_static_families import family_target
+
+    from splitserve.target.runtime.static_model import StaticDecoder
+
+    model = family_target("qwen3_moe").to(CUDA, torch.bfloat16)
+    seq = torch.randint(1, 96, (1, 12), generator=torch.Generator().manual_seed(3)).to(CUDA)
+    pair = StaticDecoder(model, max_rows=1, max_len=24, capture_ids=[0, 2])
+    grouped = StaticDecoder(model, max_rows=1, max_len=24, capture_ids=[0, 2])
+    assert pair.pair_gemv
+    grouped.pair_gemv = False
+    for net in (pair, grouped):
+        net(seq, torch.arange(12, device=CUDA)[None], fresh=True)  # the same prompt in both
+    for width in (1, 8):
+        ids, pos = seq[:, :width], torch.arange(12, 12 + width, device=CUDA)[None]
+        for a, b in zip(pair(ids, pos), grouped(ids, pos), strict=True):
+            torch.testing.assert_close(a.float(), b.float(), atol=3e-2, rtol=3e-2)
