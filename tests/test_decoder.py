@@ -133,8 +133,6 @@ def test_sampling_matches_the_target_distribution(arch):
     """Tiny vocabulary, 2 new tokens: the empirical law of (x1, x2) under speculative sampling
     equals the target's exact law (chi-square, fixed seeds). On the static runtime: the fused
     step (test_fused_and_split_steps_draw_the_same_tokens ties the split step to it)."""
-    from scipy.stats import chisquare
-
     vocab = 6
     target = tiny_target(vocab=vocab, seed=3)
     with torch.no_grad():
@@ -146,14 +144,25 @@ def test_sampling_matches_the_target_distribution(arch):
         scheduler=SchedulerConfig("fixed"),
         runtime="static",
     )
-    prompt = [1, 2, 3]
+    assert_two_token_law(dec, target, [1, 2, 3], vocab)
+
+
+def two_token_law(target, prompt: list[int], vocab: int) -> torch.Tensor:
+    """The target's exact law of its next two tokens after `prompt` at temperature 1 [V, V]."""
     with torch.no_grad():
         p1 = torch.softmax(target(torch.tensor([prompt])).logits[0, -1].double(), -1)
         exact = torch.zeros(vocab, vocab, dtype=torch.float64)
         for a in range(vocab):
             p2 = torch.softmax(target(torch.tensor([prompt + [a]])).logits[0, -1].double(), -1)
             exact[a] = p1[a] * p2
-    n = 3000
+    return exact
+
+
+def assert_two_token_law(dec, target, prompt: list[int], vocab: int, n: int = 3000) -> None:
+    """n seeded 2-token samples of `dec` follow two_token_law (chi-square, rare cells pooled)."""
+    from scipy.stats import chisquare
+
+    exact = two_token_law(target, prompt, vocab)
     counts = torch.zeros(vocab, vocab)
     for i in range(n):
         ids = dec.generate(prompt, 2, temperature=1.0, seed=i).token_ids

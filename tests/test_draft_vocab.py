@@ -309,7 +309,7 @@ def test_fused_and_split_sampling_agree_with_a_pruned_draft():
 def test_sampling_with_a_pruned_draft_matches_the_target_distribution():
     """Chi-square over (x1, x2) of two sampled tokens, as test_decoder's check: with a draft
     that can never propose ids 0 and 4, the law is still exactly the target's."""
-    from scipy.stats import chisquare
+    from test_decoder import assert_two_token_law, two_token_law
 
     from serving.decoder import SpeculativeDecoder
     from serving.scheduler import SchedulerConfig
@@ -320,25 +320,9 @@ def test_sampling_with_a_pruned_draft_matches_the_target_distribution():
         target.lm_head.weight.mul_(20)
     draft = pruned_draft_for(target, [1, 2, 3], block_size=2, mask_token_id=5)
     dec = SpeculativeDecoder(target, draft, scheduler=SchedulerConfig("fixed"), runtime="static")
-    prompt = [1, 2, 3]
-    with torch.no_grad():
-        p1 = torch.softmax(target(torch.tensor([prompt])).logits[0, -1].double(), -1)
-        exact = torch.zeros(vocab, vocab, dtype=torch.float64)
-        for a in range(vocab):
-            p2 = torch.softmax(target(torch.tensor([prompt + [a]])).logits[0, -1].double(), -1)
-            exact[a] = p1[a] * p2
+    exact = two_token_law(target, [1, 2, 3], vocab)
     assert exact[[0, 4]].sum() + exact[:, [0, 4]].sum() > 0.05  # mass the draft cannot propose
-    n = 3000
-    counts = torch.zeros(vocab, vocab)
-    for i in range(n):
-        ids = dec.generate(prompt, 2, temperature=1.0, seed=i).token_ids
-        counts[ids[0], ids[1]] += 1
-    expected = (exact * n).flatten()
-    keep = expected >= 5
-    obs = torch.cat((counts.flatten()[keep], counts.flatten()[~keep].sum()[None]))
-    exp = torch.cat((expected[keep], expected[~keep].sum()[None]))
-    stat, pvalue = chisquare(obs.numpy(), exp.numpy() * obs.sum().item() / exp.sum().item())
-    assert pvalue > 1e-3, (stat, pvalue)
+    assert_two_token_law(dec, target, [1, 2, 3], vocab)
 
 
 # ----- export -----

@@ -3,7 +3,6 @@ Real DeepSpeed on a one-rank gloo group, on CPU (autocast runs there too), again
 of the same draft, samples and seed."""
 
 import os
-import socket
 
 import pytest
 import torch
@@ -12,14 +11,9 @@ import torch.multiprocessing as mp
 from conftest import VARIANTS, random_sample, tiny_config, tiny_head, tiny_target
 
 from splitserve.config import TrainConfig
+from splitserve.launch import free_ports
 
 pytestmark = pytest.mark.slow  # spawns a process
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _run(rank: int, port: int, out: str) -> None:
@@ -75,7 +69,7 @@ def _run(rank: int, port: int, out: str) -> None:
 def test_amp_trains_fp32_weights_with_bf16_compute(tmp_path):
     assert "dspark_mla" in VARIANTS
     out = str(tmp_path / "precision.pt")
-    mp.start_processes(_run, args=(_free_port(), out), nprocs=1, start_method="spawn")
+    mp.start_processes(_run, args=(free_ports(1)[0], out), nprocs=1, start_method="spawn")
     result = torch.load(out, weights_only=False)
     for variant in ("dspark", "dspark_mla"):
         ref, amp = result[variant, "bf16"], result[variant, "amp"]
