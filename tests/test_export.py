@@ -656,8 +656,8 @@ def test_every_format_carries_the_slot_convention(from_masks, tmp_path, fmt):
     theirs = read_init_config(out)
     assert (theirs.block_size, theirs.sample_from_anchor, theirs.num_slots) == (4, False, 5)
     head = load_frozen_head(original.model_dir, "cpu", torch.float32)
-    got, want = decode(load_exported(out, head)), decode(load_exported(
-        export(from_masks["checkpoint"], tmp_path / "base", dtype="float32"), head))  # fmt: skip
+    base = export(from_masks["checkpoint"], tmp_path / "base", dtype="float32")
+    got, want = decode(load_exported(out, head)), decode(load_exported(base, head))
     assert got.token_ids == want.token_ids and got.accept_lengths == want.accept_lengths
 
 
