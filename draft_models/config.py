@@ -183,6 +183,11 @@ class DraftConfig:
     # frequent target tokens of the training answers, through its own LM head [K, H]. 0 or
     # None: the target's whole vocabulary through the target's frozen LM head.
     draft_vocab_size: int | None = None
+    # The slot convention (SGLang's and speculators' `sample_from_anchor`), for architectures
+    # that take either (DSpark): true, slot 0 (the anchor) predicts anchor + 1 (DeepSpec's);
+    # false, the block is the anchor + gamma masks and slots 1..gamma predict (speculators'
+    # DFlash-style option). None: the architecture's own (DSpark: true).
+    sample_from_anchor: bool | None = None
     loss: LossConfig = field(default_factory=LossConfig)
 
     @classmethod
@@ -194,13 +199,16 @@ class DraftConfig:
     # ----- derived facts -----
     @property
     def samples_from_anchor(self) -> bool:
-        """DSpark predicts position anchor+1 from slot 0 (the anchor); DFlash/EAGLE-3 feed the
-        anchor and predict from the slots after it."""
+        """The slot convention in effect: slot 0 (the anchor) predicts anchor + 1 (DSpark's
+        default), or the anchor feeds slots 1..gamma, which predict (DFlash, EAGLE-3, DSpark
+        with `sample_from_anchor=false`). Every reader of slots asks this, nothing else."""
+        if self.sample_from_anchor is not None:
+            return self.sample_from_anchor
         return get_arch(self.arch).samples_from_anchor
 
     @property
     def num_slots(self) -> int:
-        """Input slots per block: gamma for DSpark, anchor + gamma masks for DFlash."""
+        """Input slots per block: gamma when sampling from the anchor, else anchor + gamma masks."""
         return self.block_size if self.samples_from_anchor else self.block_size + 1
 
     @property
@@ -293,6 +301,14 @@ class DraftConfig:
                 self.draft_vocab_size,
                 f"0 or null for arch={self.arch} (a pruned draft vocabulary is implemented for "
                 f"{', '.join(n for n in arch_names() if get_arch(n).pruned_vocab) or 'none'})",
+            )
+        fixed = arch.samples_from_anchor
+        if not arch.any_slot_convention and self.sample_from_anchor not in (None, fixed):
+            raise bad_value(
+                "sample_from_anchor",
+                self.sample_from_anchor,
+                f"null or {str(fixed).lower()} for arch={self.arch} (its slot convention is "
+                "fixed; DSpark takes either)",
             )
         if arch.check is not None:
             arch.check(self)

@@ -11,12 +11,17 @@
   verifier; the draft's own weights.
 
 All three name the weights alike (`layers.*`, `fc`, `hidden_norm`, `norm`, `markov_head.*`,
-`confidence_head.proj.*`) and use one slot convention when `sample_from_anchor` is true (DSpark's
-and DeepSpec's: slot k predicts the token after anchor + k). What we write carries
+`confidence_head.proj.*`) and record the slot convention in `sample_from_anchor`: true
+(DeepSpec's, SGLang's default), slot k of [anchor, mask x (gamma-1)] predicts anchor + k + 1;
+false (speculators' DFlash-style option), slot k of [anchor, mask x gamma] predicts anchor + k
+and slot 0 is untrained. There are no weights to convert between them (each is trained for its
+own targets); the convention says how a draft's outputs are read (DraftConfig.sample_from_anchor).
+What `block_size` counts differs: in the flat layouts (SGLang, DeepSpec) it is gamma, the
+proposals, either way (SGLang adds the anchor slot for false); in speculators' it is the block's
+slots, gamma + 1 for false (its speculative_tokens = block_size - 1). What we write carries
 `splitserve_draft_config` too, so reading it back is exact; a directory another tool wrote is
 read from its own fields (`draft_config_of`), and what this project cannot run is refused with
-the reason: speculators' DFlash-style layout (`sample_from_anchor: false`: slot k predicts
-anchor + k, the anchor a bonus token).
+the reason.
 
 A pruned draft vocabulary (draft_models.vocab) travels in `hf` and `speculators` as speculators
 stores it: `draft_vocab_size` K in the config, the weights `d2t` int64 [K], `t2d` bool [V] and
@@ -68,6 +73,7 @@ def speculators_config(sglang: dict, target: TargetSpec, verifier: dict) -> dict
         )
     if "sliding_window" in sglang:
         raise ValueError("sliding_window: speculators' DSpark draft layers attend in full")
+    gamma, anchor = sglang["block_size"], sglang["sample_from_anchor"]
     layers = {
         "model_type": "qwen3",
         **{k: sglang[k] for k in ("hidden_size", "intermediate_size", "num_attention_heads",
@@ -85,7 +91,7 @@ def speculators_config(sglang: dict, target: TargetSpec, verifier: dict) -> dict
             "proposal_methods": [
                 {
                     "proposal_type": "greedy",
-                    "speculative_tokens": sglang["block_size"],
+                    "speculative_tokens": gamma,
                     "verifier_accept_k": 1,
                     "accept_tolerance": 0.0,
                 }
@@ -95,18 +101,24 @@ def speculators_config(sglang: dict, target: TargetSpec, verifier: dict) -> dict
         },
         "transformer_layer_config": layers,
         "draft_vocab_size": sglang.get("draft_vocab_size", target.vocab_size),
-        "block_size": sglang["block_size"],
+        "block_size": speculators_block_size(gamma, anchor),
         "target_hidden_size": target.hidden_size,
         "aux_hidden_state_layer_ids": [i + 1 for i in sglang["target_layer_ids"]],
         "mask_token_id": sglang["mask_token_id"],
         "sliding_window_non_causal": False,
-        "sample_from_anchor": True,
+        "sample_from_anchor": anchor,
         "markov_rank": sglang["markov_rank"],
         "markov_head_type": sglang["markov_head_type"],
         "enable_confidence_head": True,
         "confidence_head_with_markov": True,
         "splitserve_draft_config": sglang["splitserve_draft_config"],
     }
+
+
+def speculators_block_size(gamma: int, sample_from_anchor: bool) -> int:
+    """speculators' `block_size` for gamma proposals: its blocks' slots, one more than gamma when
+    the anchor does not predict (its speculative_tokens = block_size - 1 then)."""
+    return gamma if sample_from_anchor else gamma + 1
 
 
 def layout(config: dict) -> str:
@@ -131,7 +143,8 @@ def draft_config_of(config: dict) -> DraftConfig:
     if layout(config) == "speculators":
         return _from_speculators(config)
     fields = {**config, **(config.get("dflash_config") or {})}  # SpecForge nests its fields
-    return _dspark_config(fields, fields)
+    # SGLang's DSpark reads the convention at the top level only (get_dspark_sample_from_anchor)
+    return _dspark_config(fields, fields, bool(config.get("sample_from_anchor", True)))
 
 
 def _from_speculators(config: dict) -> DraftConfig:
@@ -139,17 +152,16 @@ def _from_speculators(config: dict) -> DraftConfig:
         raise ValueError(f"speculators_model_type {config['speculators_model_type']!r}: not dspark")
     layers = config["transformer_layer_config"]
     ids = [i - 1 for i in config["aux_hidden_state_layer_ids"]]  # speculators counts embeddings
-    return _dspark_config(layers, {**config, "target_layer_ids": ids})
+    anchor = bool(config.get("sample_from_anchor", True))  # DSparkSpeculatorConfig's default
+    slots = int(config["block_size"])
+    gamma = slots if anchor else slots - 1  # the inverse of speculators_block_size
+    fields = {**config, "target_layer_ids": ids, "block_size": gamma}
+    return _dspark_config(layers, fields, anchor)
 
 
-def _dspark_config(layers: dict, fields: dict) -> DraftConfig:
-    """A DSpark DraftConfig from Qwen3-style layer fields and DSpark fields."""
-    if not fields.get("sample_from_anchor", True):
-        raise ValueError(
-            "sample_from_anchor=false: this draft's slot k predicts anchor + k with the anchor a "
-            "bonus token (the DFlash-style layout); SplitServe's DSpark predicts anchor + k + 1 "
-            "from slot k, so its blocks would read every slot one place off"
-        )
+def _dspark_config(layers: dict, fields: dict, sample_from_anchor: bool) -> DraftConfig:
+    """A DSpark DraftConfig from Qwen3-style layer fields and DSpark fields (`block_size`:
+    gamma, the proposals)."""
     head = fields.get("markov_head_type", "vanilla")
     if head not in _HEAD_OF_TYPE:
         raise ValueError(f"markov_head_type {head!r}; known: {', '.join(_HEAD_OF_TYPE)}")
@@ -176,6 +188,7 @@ def _dspark_config(layers: dict, fields: dict) -> DraftConfig:
         confidence_head=bool(fields.get("enable_confidence_head", True)),
         mask_token_id=fields.get("mask_token_id"),
         draft_vocab_size=int(k) if k and v and int(k) < int(v) else None,
+        sample_from_anchor=None if sample_from_anchor else False,  # None: DSpark's own, true
     )
 
 

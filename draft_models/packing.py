@@ -9,7 +9,9 @@ never with context length squared.
 Conventions (the "anchor-as-slot-0" contract SGLang's DSpark relies on): an anchor at position p
 is a token the target has already emitted; block prediction k (k = 0..gamma-1) is the token at
 p + 1 + k; the target distribution for it comes from the target's final hidden state at p + k;
-the context a block sees is positions < p.
+the context a block sees is positions < p. Which slot makes prediction k (slot k, or slot k + 1
+after the anchor's) is the model's to read (DraftConfig.samples_from_anchor); packing only sizes
+the block (`num_slots`), so labels, previous tokens and weights are the same either way.
 """
 
 from __future__ import annotations
@@ -166,13 +168,15 @@ def pack_blocks(
 ) -> PackedBatch:
     """Pack the blocks opened by `anchors[i]` in `samples[i]` into one flat batch.
 
-    `num_slots` is block_size for DSpark (anchor + gamma-1 masks) and block_size + 1 for DFlash
-    and EAGLE-3 (anchor + gamma masks / chain steps). Sequences without anchors contribute nothing.
-    Every index is computed on the host, over the whole batch at once, and reaches the batch's
-    device (where the hidden states are) in one copy; the hidden states are gathered there. So a
-    batch costs a fixed handful of kernel launches and host work linear in its tokens, and with
-    its tokens on the host it never waits on the device (`tokens`: `host_tokens(samples)`, when
-    the caller has it already; tests/test_gpu_packing.py checks this)."""
+    `num_slots` (DraftConfig.num_slots) is block_size when sampling from the anchor (DSpark:
+    anchor + gamma-1 masks) and block_size + 1 otherwise (DFlash, DSpark with
+    sample_from_anchor=false: anchor + gamma masks; EAGLE-3: chain steps). Sequences without
+    anchors contribute nothing. Every index is computed on the host, over the whole batch at
+    once, and reaches the batch's device (where the hidden states are) in one copy; the hidden
+    states are gathered there. So a batch costs a fixed handful of kernel launches and host
+    work linear in its tokens, and with its tokens on the host it never waits on the device
+    (`tokens`: `host_tokens(samples)`, when the caller has it already;
+    tests/test_gpu_packing.py checks this)."""
     if len(samples) != len(anchors):
         raise ValueError(f"{len(samples)} samples but {len(anchors)} anchor lists")
     all_ids, all_mask = host_tokens(samples) if tokens is None else tokens

@@ -26,7 +26,9 @@ class DraftArch:
     - `defaults`: DraftConfig fields that differ from the dataclass defaults for this
       architecture (`loss` as a nested mapping); applied to every field a config leaves unset.
     - `samples_from_anchor`: slot 0 holds the anchor and predicts the next token (DSpark); else the
-      block is anchor + gamma masks and slots 1..gamma predict.
+      block is anchor + gamma masks and slots 1..gamma predict. The architecture's convention,
+      or its default when `any_slot_convention`: its model and proposer then follow the
+      config's `sample_from_anchor` (DSpark); otherwise a config may only restate it.
     - `check`: architecture-specific validation of a config; raises ValueError naming the field.
     - `loss`: (draft, DraftOutput, PackedBatch) -> LossResult: what this architecture trains on.
     - `pruned_vocab`: the model and proposer support `draft_vocab_size` (draft_models.vocab:
@@ -42,6 +44,7 @@ class DraftArch:
     loss: Callable[..., Any]
     defaults: Mapping[str, Any] = field(default_factory=dict)
     samples_from_anchor: bool = True
+    any_slot_convention: bool = False
     # (DraftConfig) and (DraftConfig, TargetSpec): typed Any, since draft_models.config imports
     # this table (defaults, check, samples_from_anchor) and the dependency runs one way.
     check: Callable[[Any], None] | None = None

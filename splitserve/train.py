@@ -90,9 +90,12 @@ def build_topology(cfg: RunConfig, device: str) -> Topology:
 def _trained_as(draft: DraftConfig) -> DraftConfig:
     """The config without `loss.chunk_rows` and `loss.kernel`: memory/speed settings, not what
     is trained, so a run may resume with others (a run from before the default rose to 1,024, or
-    from before the kernel setting existed, included)."""
+    from before the kernel setting existed, included); and with the slot convention in effect,
+    so null (the architecture's own, as a checkpoint from before the field has it) equals it."""
     return dataclasses.replace(
-        draft, loss=dataclasses.replace(draft.loss, chunk_rows=0, kernel="auto")
+        draft,
+        loss=dataclasses.replace(draft.loss, chunk_rows=0, kernel="auto"),
+        sample_from_anchor=draft.samples_from_anchor,
     )
 
 
@@ -130,6 +133,7 @@ def _check_init(path: str, draft: DraftConfig) -> str:
     directory's newest complete checkpoint, resolved once: the trainers load that one)."""
     path = ckpt.init_source(Path(path))
     init_cfg = ckpt.read_init_config(path)  # the weights are the trainers' to load
+    init_cfg, draft = _trained_as(init_cfg), _trained_as(draft)
     diff = sorted(
         f.name
         for f in fields(draft)

@@ -1,7 +1,8 @@
 """SGLang 0.5.23's own code on our artefacts, in a subprocess of the tests with the isolated
 sglang directory (scripts/install_sglang_parser.sh) on its path. Prints one JSON line.
 
-    parse CONFIG VOCAB          parse_dspark_draft_config + resolve_runtime_config of a config.json
+    parse CONFIG VOCAB          parse_dspark_draft_config + resolve_runtime_config of a config.json,
+                                and the slot convention its DSpark draft model reads
     rope DRAFT_DIR OUT          the draft's rotary embedding as SGLang builds it from the config
                                 transformers loads (AutoConfig), applied to seeded q/k -> OUT (.pt)
     server_args MODEL_DIR IDS   our backend's ServerArgs through SGLang's resolution, our sampling
@@ -74,6 +75,7 @@ sys.meta_path.insert(0, _StandInFinder())
 
 def parse(config_path: str, vocab: str) -> dict:
     from sglang.srt.speculative.dspark_components.dspark_config import (
+        get_dspark_sample_from_anchor,
         parse_dspark_draft_config,
         resolve_runtime_config,
     )
@@ -86,6 +88,7 @@ def parse(config_path: str, vocab: str) -> dict:
     return {
         "parsed": {f: getattr(parsed, f) for f in parsed.__struct_fields__},
         "runtime": {f: getattr(runtime, f) for f in runtime.__struct_fields__},
+        "sample_from_anchor": get_dspark_sample_from_anchor(config),  # what its draft model reads
     }
 
 

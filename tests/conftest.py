@@ -68,6 +68,8 @@ VARIANTS = {
         rope="interleaved",
     ),
     "dspark_window": dict(sliding_window=6, rope="partial"),
+    # speculators' DFlash-style slot convention: anchor + gamma masks, slots 1..gamma predict
+    "dspark_from_masks": dict(sample_from_anchor=False),
     "dflash": dict(arch="dflash", sequential_head="none", confidence_head=False),
     "eagle3": dict(arch="eagle3", num_layers=1, sequential_head="none", confidence_head=False),
 }

@@ -15,7 +15,7 @@ from serving.scheduler import SchedulerConfig
 PROMPTS = [[3, 9, 27, 81], [5, 17, 42, 8, 3, 1, 1], [7], [11, 2, 60, 33, 4]]
 
 
-@pytest.mark.parametrize("arch", ["dspark", "dflash", "eagle3", None])
+@pytest.mark.parametrize("arch", ["dspark", "dspark_from_masks", "dflash", "eagle3", None])
 def test_batch_rows_equal_batch_one_decoding(arch):
     target = tiny_target()
     draft = draft_for(target, **DRAFT_KINDS[arch]) if arch else None

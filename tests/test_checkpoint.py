@@ -374,9 +374,12 @@ def test_resume_accepts_another_chunk_size_but_not_another_objective(tmp_path):
     _check_resume(
         tmp_path, dataclasses.replace(saved, loss=dataclasses.replace(loss, kernel="torch"))
     )
+    # null (a checkpoint from before the field) is DSpark's own convention: true
+    _check_resume(tmp_path, dataclasses.replace(saved, sample_from_anchor=True))
     for changed, field in (
         (dataclasses.replace(saved, loss=dataclasses.replace(loss, ce_weight=0.5)), "loss"),
         (dataclasses.replace(saved, num_layers=saved.num_layers + 1), "num_layers"),
+        (dataclasses.replace(saved, sample_from_anchor=False), "sample_from_anchor"),
     ):
         with pytest.raises(ValueError, match=rf"different draft config \(fields \['{field}'\]\)"):
             _check_resume(tmp_path, changed)

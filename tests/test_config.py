@@ -57,6 +57,16 @@ def test_resolve_fills_target_defaults():
         (dict(arch="dflash"), "sequential_head", "'none' for arch=dflash"),
         (dict(num_key_value_heads=3), "num_key_value_heads", "divisor"),
         (dict(sliding_window=2), "sliding_window", ">= block_size"),
+        (
+            dict(
+                arch="dflash",
+                sequential_head="none",
+                confidence_head=False,
+                sample_from_anchor=True,
+            ),
+            "sample_from_anchor",
+            "null or false for arch=dflash",
+        ),  # fmt: skip
         (dict(loss=LossConfig(divergence="js")), "loss.divergence", "tv, forward_kl"),
     ],
 )
@@ -126,6 +136,23 @@ def test_draft_yaml_mirrors_the_dataclass_and_resolves(name):
     assert yaml.safe_load((CONF / "draft" / f"{name}.yaml").read_text()) == {
         "defaults": [f"{name}_defaults", "_self_"]
     }
+
+
+def test_dspark_takes_either_slot_convention_from_the_command_line():
+    """draft.sample_from_anchor=false: a DSpark of anchor + gamma mask slots (gamma proposals);
+    null and true are DSpark's own convention; DFlash and EAGLE-3 accept only theirs (false)."""
+    from test_training import compose_cfg
+
+    node = compose_cfg(["draft.sample_from_anchor=false"]).draft
+    cfg = load_draft_config(node).resolve(tiny_target())
+    assert cfg.sample_from_anchor is False and not cfg.samples_from_anchor
+    assert (cfg.block_size, cfg.num_slots) == (7, 8)
+    for value in (None, True):
+        own = DraftConfig(sample_from_anchor=value).resolve(tiny_target())
+        assert own.samples_from_anchor and own.num_slots == own.block_size
+    for arch in ("dflash", "eagle3"):
+        fixed = DraftConfig.for_arch(arch, sample_from_anchor=False).resolve(tiny_target())
+        assert fixed.num_slots == fixed.block_size + 1
 
 
 def test_default_yaml_equals_dataclass_defaults():

@@ -67,13 +67,16 @@ class OracleProposer:
         return torch.tensor(tokens), None, torch.linspace(0.9, 0.5, len(tokens)).double()
 
 
-CASES = [(arch, mode) for arch in ("dspark", "dspark_rnn") for mode in MODES] + [
+CASES = [
+    (arch, mode) for arch in ("dspark", "dspark_rnn", "dspark_from_masks") for mode in MODES
+] + [
     ("dflash", MODES[0]),
     ("eagle3", MODES[0]),
 ]
 DRAFT_KINDS = {
     "dspark": {},
     "dspark_rnn": {"sequential_head": "rnn"},
+    "dspark_from_masks": {"sample_from_anchor": False},  # speculators' DFlash-style slots
     "dflash": {"arch": "dflash", "sequential_head": "none", "confidence_head": False},
     "eagle3": {"arch": "eagle3", "sequential_head": "none", "confidence_head": False},
 }
@@ -175,7 +178,7 @@ def assert_two_token_law(dec, target, prompt: list[int], vocab: int, n: int = 30
     assert pvalue > 1e-3, (stat, pvalue)
 
 
-@pytest.mark.parametrize("arch", ["dspark", "dflash", "eagle3"])
+@pytest.mark.parametrize("arch", ["dspark", "dspark_from_masks", "dflash", "eagle3"])
 def test_fused_and_split_steps_draw_the_same_tokens(arch, monkeypatch):
     """The fused step (static runtime, eager on CPU) and the split step (eager runtime) use the
     same counter noise: the same seed gives the same tokens at temperature 1, the same
@@ -472,3 +475,70 @@ def test_a_proposal_is_what_training_s_heads_give_on_its_own_tokens(head):
         logits = draft.target_head.logits(hidden) + draft.sequential_head.markov_w2(out.seq_latent)
     assert tokens.tolist() == logits[0].argmax(-1).tolist()
     torch.testing.assert_close(proposer.confidence_logits, out.confidence_logit[0].double())
+
+
+@pytest.mark.parametrize("head", ["markov", "rnn"])
+def test_a_draft_sampling_from_the_masks_reads_slots_1_to_gamma(head):
+    """sample_from_anchor=false (speculators' DFlash-style convention): the block is the anchor
+    and gamma masks at positions anchor..anchor+gamma, prediction k is read from slot k + 1 with
+    the token before it as the sequential head's previous token (the anchor for slot 1), and the
+    confidence head pairs the same way. Reading slots 0..gamma-1 instead gives other tokens or
+    logits, so this comparison would catch a reading one slot off."""
+    from draft_models import DSparkProposer, SequenceSample, pack_blocks
+    from draft_models.packed_attention import TokenIndex
+
+    target = tiny_target()
+    draft = draft_for(target, sequential_head=head, sample_from_anchor=False)
+    prompt = torch.tensor([5, 17, 42, 8, 3])
+    gamma = draft.cfg.block_size
+    with torch.no_grad():
+        engine = SpeculativeDecoder(target, draft).engine
+        engine.begin(64)
+        _, feats = engine.forward(prompt, 0)
+        proposer = DSparkProposer(draft, gamma, torch.ones(gamma, dtype=torch.float64), 64)
+        proposer.commit(feats, prompt, 0)
+        anchor = torch.tensor([11])
+        tokens, _, _ = proposer.propose(anchor, 5, 0.0, None)
+        ids = torch.tensor([[11] + [draft.cfg.mask_token_id] * gamma])  # gamma + 1 slots
+        hidden = draft.backbone(
+            ids,
+            TokenIndex.single_block(5, gamma + 1, "cpu"),
+            [(k[:5], v[:5]) for k, v in proposer.ctx_kv],
+            TokenIndex.context(5, "cpu"),
+            backend="dense",
+        )
+        prev = torch.cat((anchor, tokens[:-1]))[None]
+
+        def read(slots):
+            out = draft.heads(hidden[:, slots], prev)
+            bias = draft.sequential_head.markov_w2(out.seq_latent)
+            logits = draft.target_head.logits(hidden[:, slots]) + bias
+            return logits[0].argmax(-1).tolist(), out.confidence_logit[0].double()
+
+        picked, confidence = read(slice(1, gamma + 1))
+        off_by_one = read(slice(0, gamma))
+        # training reads the same slots: the packed block of this anchor, teacher-forced on the
+        # proposal's own tokens (the context past the anchor is invisible, so any will do)
+        ids = torch.cat((prompt, anchor, tokens))
+        n = ids.numel()
+        sample = SequenceSample(
+            ids,
+            torch.ones(n, dtype=torch.bool),
+            torch.cat((feats, feats.new_zeros(n - 5, feats.shape[1]))),
+            feats.new_zeros(n, draft.cfg.hidden_size),
+        )
+        batch = pack_blocks(
+            [sample],
+            [torch.tensor([5])],
+            block_size=gamma,
+            num_slots=draft.cfg.num_slots,
+            mask_token_id=draft.cfg.mask_token_id,
+        )
+        trained = draft(batch, backend="sdpa")
+    assert tokens.shape == (gamma,) and proposer.slots == gamma + 1
+    assert tokens.tolist() == picked
+    torch.testing.assert_close(proposer.confidence_logits, confidence)
+    assert not torch.allclose(off_by_one[1], confidence)  # the comparison sees the slot read
+    assert batch.block_input_ids.shape == (1, gamma + 1)
+    torch.testing.assert_close(trained.hidden, hidden[:, 1:])
+    torch.testing.assert_close(trained.confidence_logit[0].double(), confidence)

@@ -358,6 +358,7 @@ def test_sglang_0_5_23_parses_the_exported_config(checkpoint, tmp_path, sglang_s
         "markov_head_type": {"markov": "vanilla", "gated": "gated", "rnn": "rnn"}[head],
     }
     assert got["runtime"] == {"gamma": 4, "verify_num_draft_tokens": 5, "mask_token_id": 16}
+    assert got["sample_from_anchor"] is True
     bad = json.loads((out / "config.json").read_text())
     bad["markov_head_type"] = "bogus"  # the parser must be the real one: it rejects this
     (tmp_path / "bad.json").write_text(json.dumps(bad))
@@ -501,11 +502,15 @@ d = json.load(open(sys.argv[1]))
 layers = Qwen3Config(**{k: d[k] for k in ("hidden_size", "intermediate_size", "num_attention_heads",
     "num_key_value_heads", "head_dim", "rms_norm_eps", "vocab_size", "rope_parameters")},
     num_hidden_layers=d["num_layers"])
+# their block_size counts the block's slots; without the anchor predicting, one is no proposal
+# (dflash/core.py: speculative_tokens = block_size if sample_from_anchor else block_size - 1)
+anchor = d.get("anchor", True)
+tokens = d["block"] if anchor else d["block"] - 1
 spec = SpeculatorsConfig(algorithm="dspark", default_proposal_method="greedy",
-    proposal_methods=[GreedyTokenProposalConfig(speculative_tokens=d["block_size"])],
+    proposal_methods=[GreedyTokenProposalConfig(speculative_tokens=tokens)],
     verifier=VerifierConfig(name_or_path=d["target"], architectures=["LlamaForCausalLM"]))
 config = DSparkSpeculatorConfig(transformer_layer_config=layers, speculators_config=spec,
-    draft_vocab_size=d["vocab_size"], block_size=d["block_size"],
+    draft_vocab_size=d["vocab_size"], block_size=d["block"], sample_from_anchor=anchor,
     target_hidden_size=d["hidden_size"], mask_token_id=d["mask"],
     aux_hidden_state_layer_ids=[i + 1 for i in d["target_layer_ids"]],
     markov_rank=d["markov_rank"], markov_head_type=d["markov_head_type"])
@@ -538,15 +543,7 @@ def test_speculators_reads_ours_and_we_read_a_draft_it_wrote(
     sglang = json.loads(
         (export(checkpoint, tmp_path / "s", dtype="float32") / "config.json").read_text()
     )
-    fields = {**sglang, "num_layers": sglang["num_hidden_layers"], "mask": sglang["mask_token_id"]}
-    fields["target"] = str(original.model_dir)
-    (tmp_path / "fields.json").write_text(json.dumps(fields))
-    theirs = tmp_path / "theirs"
-    theirs.mkdir()
-    code = SPECULATORS_WRITE.replace("sys.argv[1]", repr(str(tmp_path / "fields.json")))
-    code = code.replace("sys.argv[2]", repr(str(theirs / "config.json")))
-    res = run_speculators(speculators_site, code)
-    assert res.returncode == 0, res.stderr[-2000:]
+    theirs = speculators_written(speculators_site, sglang, original, tmp_path / "theirs", block=4)
     written = json.loads((theirs / "config.json").read_text())
     assert "splitserve_draft_config" not in written
     shutil.copyfile(ours / "model.safetensors", theirs / "model.safetensors")
@@ -570,8 +567,153 @@ def test_speculators_reads_ours_and_we_read_a_draft_it_wrote(
     res = SpeculativeDecoder(target, draft, runtime="static", max_len=128).generate(prompt, 24)
     want = SpeculativeDecoder(target, None, runtime="static", max_len=128).generate(prompt, 24)
     assert res.token_ids == want.token_ids
-    # a draft written in speculators' DFlash-style layout is refused with the reason
-    written["sample_from_anchor"] = False
-    (theirs / "config.json").write_text(json.dumps(written))
-    with pytest.raises(ValueError, match="sample_from_anchor=false: this draft's slot k predicts"):
-        read_init_draft(theirs)
+
+
+def speculators_written(site, sglang: dict, original, out, block: int, anchor: bool = True):
+    """A draft directory's config.json as speculators 0.9.0's own DSparkSpeculatorConfig writes
+    it (none of our fields) for the draft our SGLang export `sglang` describes, with their
+    `block_size` `block` and `sample_from_anchor` `anchor`."""
+    from conftest import run_speculators
+
+    fields = {**sglang, "num_layers": sglang["num_hidden_layers"], "mask": sglang["mask_token_id"]}
+    fields.update(target=str(original.model_dir), block=block, anchor=anchor)
+    out.mkdir()
+    (out / "fields.json").write_text(json.dumps(fields))
+    code = SPECULATORS_WRITE.replace("sys.argv[1]", repr(str(out / "fields.json")))
+    code = code.replace("sys.argv[2]", repr(str(out / "config.json")))
+    res = run_speculators(site, code)
+    assert res.returncode == 0, res.stderr[-2000:]
+    (out / "fields.json").unlink()
+    return out
+
+
+# ----- speculators' DFlash-style slot convention (draft.sample_from_anchor=false) -----
+
+
+@pytest.fixture(scope="module")
+def from_masks(tmp_path_factory):
+    """A DSpark trained by a real run in speculators' DFlash-style slot convention: blocks of
+    the anchor + 4 masks, slots 1..4 predicting (gamma 4)."""
+    run_dir = tmp_path_factory.mktemp("from_masks")
+    extra = ["train.steps=2", "train.checkpoint_every=2", "draft.sample_from_anchor=false"]
+    return run(compose_cfg(TINY + extra), run_dir)
+
+
+def decode(draft_or_none, prompt=tuple(range(300, 340)), new=24):
+    """Greedy decoding of the embedded target (fp32, static runtime) with a draft or none."""
+    from serving.decoder import SpeculativeDecoder
+    from splitserve.target.models import load_causal_lm
+
+    target = load_causal_lm(prepare_target_dir(TargetConfig()), torch.device("cpu"), torch.float32)
+    dec = SpeculativeDecoder(target, draft_or_none, runtime="static", max_len=128)
+    return dec.generate(list(prompt), new)
+
+
+@pytest.mark.slow
+def test_a_draft_trained_sampling_from_the_masks_decodes_losslessly(from_masks):
+    """Training in the false convention runs end to end (target worker, trainer, checkpoint)
+    and what it trains proposes gamma tokens per step and decodes losslessly."""
+    import math
+
+    from serving.loading import load_decoder
+    from serving.scheduler import SchedulerConfig
+
+    assert math.isfinite(from_masks["last_loss"])
+    cfg = read_draft(from_masks["checkpoint"]).cfg
+    assert cfg.sample_from_anchor is False and (cfg.block_size, cfg.num_slots) == (4, 5)
+    decoder, _ = load_decoder(
+        from_masks["checkpoint"], scheduler=SchedulerConfig("fixed"), dtype="float32"
+    )
+    assert decoder.gamma == 4
+    res = decoder.generate(list(range(300, 340)), 24)
+    assert res.token_ids == decode(None).token_ids and max(res.widths) == 5
+
+
+@pytest.mark.parametrize("fmt", ["sglang", "hf", "speculators"])
+@pytest.mark.slow
+def test_every_format_carries_the_slot_convention(from_masks, tmp_path, fmt):
+    """Exported in each format, the false convention is written as that format counts it
+    (flat layouts: block_size = gamma, SGLang adding the anchor slot; speculators': block_size
+    = gamma + 1, speculative_tokens = gamma) and read back exactly: our own record, and the
+    format's own fields alone; the draft read back decodes as the checkpoint's."""
+    from splitserve.checkpoint import read_init_config, read_init_draft
+
+    original = read_draft(from_masks["checkpoint"])
+    out = export(from_masks["checkpoint"], tmp_path / fmt, dtype="float32", fmt=fmt)
+    config = json.loads((out / "config.json").read_text())
+    assert config["sample_from_anchor"] is False
+    if fmt == "speculators":
+        tokens = config["speculators_config"]["proposal_methods"][0]["speculative_tokens"]
+        assert (config["block_size"], tokens) == (5, 4)
+    else:
+        assert config["block_size"] == 4
+    cfg, weights = read_init_draft(out)
+    assert cfg == original.cfg and all(
+        torch.equal(weights[k], original.weights[k]) for k in weights
+    )
+    del config["splitserve_draft_config"]  # as another tool writes it: read from its fields
+    (out / "config.json").write_text(json.dumps(config))
+    theirs = read_init_config(out)
+    assert (theirs.block_size, theirs.sample_from_anchor, theirs.num_slots) == (4, False, 5)
+    head = load_frozen_head(original.model_dir, "cpu", torch.float32)
+    base = export(from_masks["checkpoint"], tmp_path / "base", dtype="float32")
+    got, want = decode(load_exported(out, head)), decode(load_exported(base, head))
+    assert got.token_ids == want.token_ids and got.accept_lengths == want.accept_lengths
+
+
+@pytest.mark.slow
+def test_sglang_reads_the_slot_convention_and_gamma_of_our_export(
+    checkpoint, tmp_path, sglang_site
+):
+    """SGLang 0.5.23's own parser on our sglang and hf exports of a false-convention draft:
+    gamma is block_size (4), its verify window 5, and its DSpark draft model reads
+    sample_from_anchor false (so it runs gamma + 1 query slots and drops row 0)."""
+    from conftest import run_sglang
+
+    ckpt = variant_checkpoint(checkpoint, tmp_path / "ckpt", sample_from_anchor=False)
+    for fmt in ("sglang", "hf"):
+        out = export(ckpt, tmp_path / fmt, fmt=fmt)
+        got = sglang_json(run_sglang(sglang_site, "parse", out / "config.json", 49152))
+        assert got["parsed"]["gamma"] == 4 and got["sample_from_anchor"] is False, fmt
+        assert got["runtime"] == {"gamma": 4, "verify_num_draft_tokens": 5, "mask_token_id": 16}
+
+
+@pytest.mark.slow
+def test_a_speculators_draft_sampling_from_the_masks_loads_with_gamma_b_minus_1(
+    from_masks, tmp_path, speculators_site
+):
+    """speculators 0.9.0's DSparkSpeculatorConfig parses our export of a false-convention draft
+    (block_size 5, 4 speculative tokens); a config its own class writes with block_size B = 5 and
+    sample_from_anchor false, beside the trained weights, loads as our DSpark with gamma B - 1 =
+    4 in the false convention, proposes what the checkpoint proposes and decodes losslessly."""
+    from conftest import run_speculators
+
+    from splitserve.checkpoint import read_init_draft
+
+    original = read_draft(from_masks["checkpoint"])
+    ours = export(from_masks["checkpoint"], tmp_path / "ours", dtype="float32", fmt="speculators")
+    code = SPECULATORS_PARSE.replace("sys.argv[1]", repr(str(ours / "config.json")))
+    res = run_speculators(speculators_site, code)
+    assert res.returncode == 0, res.stderr[-2000:]
+    parsed = json.loads(res.stdout.strip().splitlines()[-1])
+    assert (parsed["block"], parsed["anchor"], parsed["tokens"]) == (5, False, 4)
+
+    sglang = json.loads(
+        (
+            export(from_masks["checkpoint"], tmp_path / "s", dtype="float32") / "config.json"
+        ).read_text()
+    )
+    theirs = speculators_written(
+        speculators_site, sglang, original, tmp_path / "theirs", block=5, anchor=False
+    )
+    written = json.loads((theirs / "config.json").read_text())
+    assert (written["block_size"], written["sample_from_anchor"]) == (5, False)
+    assert "splitserve_draft_config" not in written
+    shutil.copyfile(ours / "model.safetensors", theirs / "model.safetensors")
+    cfg, _ = read_init_draft(theirs)
+    assert (cfg.block_size, cfg.samples_from_anchor, cfg.num_slots) == (4, False, 5)
+    head = load_frozen_head(original.model_dir, "cpu", torch.float32)
+    got = decode(load_exported(theirs, head))
+    want = decode(load_exported(ours, head))
+    assert got.token_ids == want.token_ids == decode(None).token_ids
+    assert got.accept_lengths == want.accept_lengths

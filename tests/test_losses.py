@@ -138,6 +138,7 @@ def _loss(model, batch, chunk_rows=256, fused=True, **loss_fields):
         ("dspark_rnn", {}),
         ("dspark_rnn", {"divergence": "forward_kl", "ce_weight": 0.5}),
         ("dspark_mla", {"confidence_weight": 0.3}),
+        ("dspark_from_masks", {}),
         ("dflash", {}),
         ("eagle3", {"divergence": "forward_kl"}),
     ],
@@ -204,7 +205,9 @@ def test_chunking_does_not_change_loss_or_gradients(fused):
             torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
 
 
-@pytest.mark.parametrize("variant", ["dspark", "dspark_rnn", "dspark_mla", "dflash", "eagle3"])
+@pytest.mark.parametrize(
+    "variant", ["dspark", "dspark_rnn", "dspark_mla", "dspark_from_masks", "dflash", "eagle3"]
+)
 def test_gradients_reach_only_trainable_parameters_and_target_head_stays_frozen(variant):
     model = tiny_draft(variant)
     head = model.target_head
@@ -226,8 +229,9 @@ def test_gradients_reach_only_trainable_parameters_and_target_head_stays_frozen(
     assert len(moved) > 0.9 * len(before)
 
 
-def test_training_reduces_the_loss():
-    model = tiny_draft("dspark")
+@pytest.mark.parametrize("variant", ["dspark", "dspark_from_masks"])
+def test_training_reduces_the_loss(variant):
+    model = tiny_draft(variant)
     batch = _train_batch(model)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
     first = None

@@ -25,7 +25,9 @@ class DSparkDraft(DraftModel):
     """DFlash backbone + KV injection + sequential head + confidence head.
 
     arch=dflash uses the same backbone with anchor + gamma mask slots, predicts from the mask slots,
-    and has neither sequential nor confidence head.
+    and has neither sequential nor confidence head. A DSpark with `sample_from_anchor=false`
+    (speculators' DFlash-style convention) has DFlash's slots and DSpark's heads: every slot
+    reader follows `cfg.samples_from_anchor`, and the heads see the predicting slots only.
 
     With `draft_vocab_size` K (DSpark only) it predicts K kept target ids through its own LM head
     (DraftModel) and a Markov W2 of K rows; the proposer maps its picks back to target ids.
@@ -100,9 +102,12 @@ class DSparkDraft(DraftModel):
         hidden = self.backbone(
             batch.block_input_ids, batch.block_index(), ctx_kv, batch.ctx_index, backend
         )
-        if not self.cfg.samples_from_anchor:
-            hidden = hidden[:, 1:]
-        return self.heads(hidden, batch.prev_tokens)
+        return self.heads(self.predicting(hidden), batch.prev_tokens)
+
+    def predicting(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The hidden states [N, G, H] of the slots that predict, of a block's [N, S, H]: every
+        slot when sampling from the anchor, else slots 1.. (slot 0, the anchor, is untrained)."""
+        return hidden if self.cfg.samples_from_anchor else hidden[:, 1:]
 
 
 class DSparkProposer:
@@ -144,9 +149,11 @@ class DSparkProposer:
         self.rows = rows
         self.device = draft.fc.weight.device
         cfg = draft.cfg
-        # gamma slots (anchor + gamma masks for DFlash), also when gamma is below the trained
-        # block size: the block SGLang runs for --speculative-dspark-block-size gamma (its
-        # attention spans only those slots), not the trained block cut short afterwards
+        # gamma slots (anchor + gamma masks when not sampling from the anchor: DFlash, or DSpark
+        # with sample_from_anchor=false, whose SGLang query is gamma + 1 wide too), also when
+        # gamma is below the trained block size: the block SGLang runs for
+        # --speculative-dspark-block-size gamma (its attention spans only those slots), not the
+        # trained block cut short afterwards
         self.slots = gamma if cfg.samples_from_anchor else gamma + 1
         self.ctx_kv: list[tuple[torch.Tensor, torch.Tensor]] | None = None  # on first commit
         self.ctx_index = TokenIndex.rows_context(rows, capacity, self.device)
@@ -246,9 +253,7 @@ class DSparkProposer:
         block = TokenIndex(seq=row, pos=self.pos_in[row] + slot, block=row, slot=slot)
         ctx_kv, ctx_index = self._context(extent)
         # one block per row: a dense mask per row, no per-sequence split and no host read
-        hidden = d.backbone(ids, block, ctx_kv, ctx_index, backend="dense", rows=r)
-        if not cfg.samples_from_anchor:
-            hidden = hidden[:, 1:]
+        hidden = d.predicting(d.backbone(ids, block, ctx_kv, ctx_index, backend="dense", rows=r))
         head = d.sequential_head
         state = head.init_state(r, hidden) if head is not None else None
         hidden = hidden[:, : self.gamma]
@@ -355,7 +360,8 @@ def sglang_config(cfg: DraftConfig, target: TargetSpec) -> dict:
         "markov_head_type": SEQUENTIAL_HEAD_CLASSES[cfg.sequential_head].sglang_type,
         "enable_confidence_head": True,
         "confidence_head_with_markov": True,
-        "sample_from_anchor": True,
+        # SGLang's gamma is block_size either way; false adds the anchor slot and drops its row
+        "sample_from_anchor": cfg.samples_from_anchor,
         "splitserve_draft_config": {k: v for k, v in asdict(cfg).items() if k != "loss"},
     }
     if cfg.sliding_window:
@@ -372,6 +378,7 @@ register_arch(
         proposer=DSparkProposer,
         loss=draft_loss,
         samples_from_anchor=True,
+        any_slot_convention=True,
         export=sglang_config,
         pruned_vocab=True,
     )
