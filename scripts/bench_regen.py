@@ -118,13 +118,13 @@ def main(argv=None) -> None:
     p.add_argument("--sharegpt", type=int, default=1, help="ShareGPT weight beside GSM8K's 1")
     p.add_argument("--layer-ids", default="1,15,28", help="captured target layers")
     p.add_argument("--before", action="store_true",
-                   help="static: the runtime as before 2026-12-05 (fold_gqa off)")  # fmt: skip
+                   help="static: the runtime as before 2026-12-05 (use_pair_gemv off)")  # fmt: skip
     p.add_argument("--profile", action="store_true",
                    help="static: time the step graph alone and list its kernels")  # fmt: skip
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = p.parse_args(argv)
     args.layer_ids = [int(x) for x in args.layer_ids.split(",")]
-    StaticDecoder.fold_gqa = StaticDecoder.use_pair_gemv = not args.before
+    StaticDecoder.use_pair_gemv = not args.before
     for flag in ("samples", "slots", "max_new_tokens", "max_length", "max_prompt_tokens"):
         if getattr(args, flag) < 1:
             p.error(f"--{flag.replace('_', '-')} must be >= 1")

@@ -80,9 +80,7 @@ def unsupported_reason(config) -> str | None:
 
 
 class StaticDecoder(nn.Module):
-    # Benchmarks' before/after switches (--before: the runtime as before 2026-12-05)
-    fold_gqa = True  # see _attend
-    use_pair_gemv = True  # see _moe
+    use_pair_gemv = True  # see _moe; off: benchmarks' --before (as before 2026-12-05)
 
     def __init__(
         self,
@@ -236,9 +234,6 @@ class StaticDecoder(nn.Module):
             elif win is not None and win < w:
                 own = pos[:1]  # every row's positions are arange(W)
                 masks[win] = self._bias(own, w, x.dtype, win, keys=own[0])
-        if self._folds():
-            g = self.heads // self.kv_heads
-            masks = {win: self._fold_mask(m, g) for win, m in masks.items()}
         batch = torch.arange(b, device=ids.device)[:, None]
         # the cache rows written: row0.. (a slice when read), or the scattered `rows`
         cache_rows = batch + row0 if rows is None else rows[:, None]
@@ -281,38 +276,17 @@ class StaticDecoder(nn.Module):
             logits = torch.tanh(logits / self.softcap) * self.softcap
         return logits, feats, final
 
-    def _folds(self) -> bool:
-        """Whether masked attention folds query groups (see _attend)."""
-        return self.fold_gqa and self.heads != self.kv_heads
-
-    @staticmethod
-    def _fold_mask(mask: torch.Tensor, groups: int) -> torch.Tensor:
-        """A mask [B, 1, W, L] repeated for the folded query rows [B, 1, G * W, L] (once a
-        forward, not per layer)."""
-        mb, _, w, keys = mask.shape
-        return mask[:, :, None].expand(mb, 1, groups, w, keys).reshape(mb, 1, groups * w, keys)
-
     def _attend(self, q, k, v, mask: torch.Tensor | None, fresh: bool) -> torch.Tensor:
-        """Attention of q [B, W, Hq, D] over k, v [B, Hk, L, D] -> [B, W, Hq * D].
-
-        With a mask, the Hq / Hk query heads that share a key head are folded into its query
-        rows ([B, Hk, G * W, D]; the mask comes folded, _fold_mask): SDPA given both a mask and
-        enable_gqa falls back to its math kernel, which copies every key and value G times,
-        while this runs the memory-efficient kernel over each key head once. A fresh prefill
-        (causal, no mask) keeps enable_gqa: its flash kernel shares key heads itself.
-        `fold_gqa = False`: the enable_gqa call with the mask, as before 2026-12-05."""
+        """Attention of q [B, W, Hq, D] over k, v [B, Hk, L, D] -> [B, W, Hq * D]. (Folding
+        the query heads of a key head into its rows, to keep SDPA off its math kernel, was
+        slower on one H200 with torch 2.11, whose cuDNN kernel takes GQA with a mask:
+        docs/results/runtime_h200, 2026-12-05.)"""
         b, w, hq, d = q.shape
-        hk = k.shape[1]
-        if mask is None or not self._folds():
-            o = F.scaled_dot_product_attention(
-                q.transpose(1, 2), k, v, attn_mask=mask, is_causal=fresh and mask is None,
-                scale=self.scale, enable_gqa=hq != hk,
-            )  # fmt: skip
-            return o.transpose(1, 2).reshape(b, w, hq * d)
-        g = hq // hk
-        folded = q.view(b, w, hk, g, d).permute(0, 2, 3, 1, 4).reshape(b, hk, g * w, d)
-        o = F.scaled_dot_product_attention(folded, k, v, attn_mask=mask, scale=self.scale)
-        return o.view(b, hk, g, w, d).permute(0, 3, 1, 2, 4).reshape(b, w, hq * d)
+        o = F.scaled_dot_product_attention(
+            q.transpose(1, 2), k, v, attn_mask=mask, is_causal=fresh and mask is None,
+            scale=self.scale, enable_gqa=hq != k.shape[1],
+        )  # fmt: skip
+        return o.transpose(1, 2).reshape(b, w, hq * d)
 
     def _norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         """RMSNorm over the last dim as the target computes it: Llama's (normalise, cast, then
