@@ -39,7 +39,8 @@ from torch import nn
 
 from draft_models.families import family, static_types
 
-from . import moe_kernels
+from . import attention_kernels, moe_kernels
+from .attention_kernels import MAX_ROWS as MAX_TILE_ROWS
 
 # RoPE types whose frequencies are fixed at load: "dynamic" and "longrope" rescale them from the
 # largest position in a batch (a host read, and one row's frequencies would depend on the others)
@@ -80,7 +81,9 @@ def unsupported_reason(config) -> str | None:
 
 
 class StaticDecoder(nn.Module):
-    use_pair_gemv = True  # see _moe; off: benchmarks' --before (as before 2026-12-05)
+    # off: benchmarks' --before (the runtime as before 2026-12-05)
+    use_pair_gemv = True  # see _moe
+    use_decode_kernel = True  # attention_kernels at decode and verify steps on CUDA
 
     def __init__(
         self,
@@ -121,7 +124,15 @@ class StaticDecoder(nn.Module):
         self.scale = inner.layers[0].self_attn.scaling
         moe = [p["moe"] for p in self.layers if p["moe"] is not None]
         self.grouped = bool(moe) and _grouped_mm_runs(self.embed, moe[0]["down"].shape[1:])
-        # decode widths: one Triton GEMV per (token, expert) pair (moe_kernels), on CUDA
+        # decode and verify steps on CUDA: Triton attention over each row's real context
+        self.decode_kernel = (
+            self.use_decode_kernel
+            and self.embed.is_cuda
+            and self.embed.dtype in (torch.bfloat16, torch.float16)
+            and self.head_dim in (16, 32, 64, 128, 256)
+            and attention_kernels.available()
+        )
+        # width-1 steps on CUDA: one Triton GEMV per (token, expert) pair (moe_kernels)
         self.pair_gemv = (
             bool(moe) and self.use_pair_gemv and self.embed.is_cuda and moe_kernels.available()
         )
@@ -227,8 +238,12 @@ class StaticDecoder(nn.Module):
             rope[key] = cos[:, :, None, :], sin[:, :, None, :]
         # additive masks, one per window size, made once a forward; a fresh prefill needs one
         # only where a window is shorter than the call
+        # a decode or verify step on CUDA: the Triton kernel reads each row's real context
+        kernel = (
+            self.decode_kernel and not fresh and w * self.heads // self.kv_heads <= MAX_TILE_ROWS
+        )
         masks = {}
-        for win in {p["window"] for p in self.layers}:
+        for win in {p["window"] for p in self.layers} if not kernel else ():
             if not fresh:
                 masks[win] = self._bias(pos, extent, x.dtype, win)
             elif win is not None and win < w:
@@ -252,14 +267,20 @@ class StaticDecoder(nn.Module):
             k_all, v_all = self.k_cache[i], self.v_cache[i]
             k_all[cache_rows, :, pos] = k  # per-row positions, as device tensors
             v_all[cache_rows, :, pos] = v
-            if fresh:  # a new row's keys are this call's: causal, no cache read
+            if kernel:
+                attn = attention_kernels.decode_attention(
+                    q, k_all, v_all, cache_rows[:, 0], pos, self.scale, p["window"]
+                ).reshape(b, w, hq * d)
+                out = F.linear(attn, p["o"], p["o_bias"])
+            elif fresh:  # a new row's keys are this call's: causal, no cache read
                 k_seen, v_seen = k.transpose(1, 2), v.transpose(1, 2)
             elif rows is None:  # attend over views of the rows
                 k_seen, v_seen = k_all[span, :, :extent], v_all[span, :, :extent]
             else:  # scattered rows: over gathered copies
                 k_seen, v_seen = k_all[rows, :, :extent], v_all[rows, :, :extent]
-            attn = self._attend(q, k_seen, v_seen, masks.get(p["window"]), fresh)
-            out = F.linear(attn, p["o"], p["o_bias"])
+            if not kernel:
+                attn = self._attend(q, k_seen, v_seen, masks.get(p["window"]), fresh)
+                out = F.linear(attn, p["o"], p["o_bias"])
             x = x + (out if p["attn_out_norm"] is None else self._norm(out, p["attn_out_norm"]))
             h = self._norm(x, p["mlp_in_norm"])
             out = self._moe(h, p) if p["moe"] is not None else self._mlp(h, p)
