@@ -17,6 +17,21 @@ from .packed_attention import AttentionPlan, TokenIndex
 from .rope import Rotary
 
 
+def activation_dtype(weight: torch.Tensor) -> torch.dtype:
+    """The dtype activations run in beside `weight`: autocast's where it is on for the weight's
+    device (train.precision=amp: fp32 weights, bf16 compute), else the weight's own."""
+    device = weight.device.type
+    return torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else weight.dtype
+
+
+class RMSNorm(nn.RMSNorm):
+    """nn.RMSNorm computed in its input's dtype: under amp the weight is fp32 and the input
+    bf16, a pair torch's fused kernel refuses (it falls back to a slower composite)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.rms_norm(x, self.normalized_shape, self.weight.to(x.dtype), self.eps)
+
+
 class Qwen3Attention(nn.Module):
     """GQA with per-head RMSNorm on q and k (the structure SGLang's DSpark drafts serve)."""
 
@@ -33,8 +48,8 @@ class Qwen3Attention(nn.Module):
         self.k_proj = nn.Linear(in_features, self.num_kv_heads * d, bias=False)
         self.v_proj = nn.Linear(in_features, self.num_kv_heads * d, bias=False)
         self.o_proj = nn.Linear(self.num_heads * d, h, bias=False)
-        self.q_norm = nn.RMSNorm(d, eps=cfg.rms_norm_eps)
-        self.k_norm = nn.RMSNorm(d, eps=cfg.rms_norm_eps)
+        self.q_norm = RMSNorm(d, eps=cfg.rms_norm_eps)
+        self.k_norm = RMSNorm(d, eps=cfg.rms_norm_eps)
         self.rotary = Rotary.for_variant(cfg.rope, d, cfg.partial_rotary_factor, cfg.rope_theta)
         self.scale = d**-0.5
 
@@ -67,7 +82,7 @@ class Ling3MLAAttention(nn.Module):
         self.kv_lora_rank = cfg.kv_lora_rank
         self.q_proj = nn.Linear(h, self.num_heads * (self.nope + self.rope_dim), bias=False)
         self.kv_a_proj_with_mqa = nn.Linear(h, self.kv_lora_rank + self.rope_dim, bias=False)
-        self.kv_a_layernorm = nn.RMSNorm(self.kv_lora_rank, eps=cfg.rms_norm_eps)
+        self.kv_a_layernorm = RMSNorm(self.kv_lora_rank, eps=cfg.rms_norm_eps)
         self.kv_b_proj = nn.Linear(
             self.kv_lora_rank, self.num_heads * (self.nope + self.v_dim), bias=False
         )
@@ -117,9 +132,9 @@ class InjectedDecoderLayer(nn.Module):
 
     def __init__(self, cfg: DraftConfig) -> None:
         super().__init__()
-        self.input_layernorm = nn.RMSNorm(cfg.hidden_size, eps=cfg.rms_norm_eps)
+        self.input_layernorm = RMSNorm(cfg.hidden_size, eps=cfg.rms_norm_eps)
         self.self_attn = build_attention(cfg)
-        self.post_attention_layernorm = nn.RMSNorm(cfg.hidden_size, eps=cfg.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, eps=cfg.rms_norm_eps)
         self.mlp = MLP(cfg.hidden_size, cfg.intermediate_size)
 
     def forward(

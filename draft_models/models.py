@@ -16,6 +16,7 @@ from torch import nn
 
 from .config import DraftConfig, TargetSpec
 from .heads import FrozenTargetHead
+from .layers import activation_dtype
 from .registry import get_arch
 from .vocab import DraftVocab, to_target, to_target_probs
 
@@ -81,7 +82,7 @@ class DraftModel(nn.Module):
                 "the target is capturing different layers or has a different hidden size than this "
                 "draft"
             )
-        return self.fc(features.to(self.fc.weight.dtype))
+        return self.fc(features.to(activation_dtype(self.fc.weight)))
 
     # ----- the output vocabulary: the target's whole one, or a pruned one (cfg.draft_vocab_size)
     @property

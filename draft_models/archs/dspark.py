@@ -12,7 +12,7 @@ from torch import nn
 from ..config import DraftConfig, TargetSpec
 from ..families import family
 from ..heads import SEQUENTIAL_HEAD_CLASSES, ConfidenceHead, FrozenTargetHead
-from ..layers import InjectedDecoderLayer
+from ..layers import InjectedDecoderLayer, RMSNorm, activation_dtype
 from ..losses import draft_loss
 from ..models import DraftModel, DraftOutput, commit_positions, init_weights, row_prefix
 from ..packed_attention import AttentionPlan, TokenIndex
@@ -35,9 +35,9 @@ class DSparkDraft(DraftModel):
 
     def __init__(self, cfg: DraftConfig, target_head: FrozenTargetHead) -> None:
         super().__init__(cfg, target_head)
-        self.hidden_norm = nn.RMSNorm(cfg.hidden_size, eps=cfg.rms_norm_eps)
+        self.hidden_norm = RMSNorm(cfg.hidden_size, eps=cfg.rms_norm_eps)
         self.layers = nn.ModuleList(InjectedDecoderLayer(cfg) for _ in range(cfg.num_layers))
-        self.norm = nn.RMSNorm(cfg.hidden_size, eps=cfg.rms_norm_eps)
+        self.norm = RMSNorm(cfg.hidden_size, eps=cfg.rms_norm_eps)
         if cfg.sequential_head != "none":
             self.markov_head = SEQUENTIAL_HEAD_CLASSES[cfg.sequential_head](
                 target_head.vocab_size, cfg.markov_rank, cfg.hidden_size, cfg.draft_vocab_size
@@ -71,7 +71,7 @@ class DSparkDraft(DraftModel):
         backend): the N blocks are N requests, block n over the n-th of N equal runs of the
         context (AttentionPlan's rows layout)."""
         n, s = block_ids.shape
-        x = self.target_head.embed(block_ids.reshape(-1)).to(self.fc.weight.dtype)
+        x = self.target_head.embed(block_ids.reshape(-1)).to(activation_dtype(self.fc.weight))
         plan = AttentionPlan(
             block_index,
             ctx_index.cat(block_index),

@@ -5,11 +5,10 @@ DSPARK algorithm does not serve it."""
 from __future__ import annotations
 
 import torch
-from torch import nn
 
 from ..config import DraftConfig, bad_value
 from ..heads import FrozenTargetHead
-from ..layers import MLP, Qwen3Attention
+from ..layers import MLP, Qwen3Attention, RMSNorm
 from ..losses import draft_loss
 from ..models import DraftModel, DraftOutput, commit_positions, init_weights, row_prefix
 from ..packed_attention import AttentionPlan, TokenIndex
@@ -28,12 +27,12 @@ class Eagle3Draft(DraftModel):
     def __init__(self, cfg: DraftConfig, target_head: FrozenTargetHead) -> None:
         super().__init__(cfg, target_head)
         h = cfg.hidden_size
-        self.input_layernorm = nn.RMSNorm(h, eps=cfg.rms_norm_eps)
-        self.hidden_norm = nn.RMSNorm(h, eps=cfg.rms_norm_eps)
+        self.input_layernorm = RMSNorm(h, eps=cfg.rms_norm_eps)
+        self.hidden_norm = RMSNorm(h, eps=cfg.rms_norm_eps)
         self.self_attn = Qwen3Attention(cfg, in_features=2 * h)
-        self.post_attention_layernorm = nn.RMSNorm(h, eps=cfg.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(h, eps=cfg.rms_norm_eps)
         self.mlp = MLP(h, cfg.intermediate_size)
-        self.norm = nn.RMSNorm(h, eps=cfg.rms_norm_eps)
+        self.norm = RMSNorm(h, eps=cfg.rms_norm_eps)
         init_weights(self)
 
     def _layer_input(self, token_ids: torch.Tensor, feature: torch.Tensor) -> torch.Tensor:
