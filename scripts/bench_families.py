@@ -244,10 +244,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--identical", action="store_true", help="the CPU fp32 tests alone")
     ap.add_argument("--profile", action="store_true", help="list the narrowest step's kernels")
     ap.add_argument("--before", action="store_true",
-                    help="the runtime as before 2026-12-05 (StaticDecoder.use_pair_gemv "
-                    "off): modes graphed_before / compiled_before")  # fmt: skip
+                    help="the runtime as before 2026-12-05 (StaticDecoder.set_before): "
+                    "modes graphed_before / compiled_before")  # fmt: skip
     args = ap.parse_args(argv)
-    StaticDecoder.use_pair_gemv = not args.before
+    StaticDecoder.set_before(args.before)
     args.widths = [int(w) for w in args.widths.split(",") if w]
     args.compile_widths = [int(w) for w in args.compile_widths.split(",") if w]
     unknown = [s for s in args.shapes.split(",") if s not in SHAPES]

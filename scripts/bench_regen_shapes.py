@@ -15,7 +15,7 @@ counts the whole cache every row owns (what a step attending over the padded cac
 `--prefill-len N`: teacher forcing's rate too (a target worker given answers, target.regenerate
 =false): groups of --prefill-group random sequences of N tokens prefilled as fresh rows.
 `--profile`: the step graph replayed alone and its largest kernels. `--before`: the same run with
-the runtime as it was before 2026-12-05 (StaticDecoder's use_pair_gemv off):
+the runtime as it was before 2026-12-05 (StaticDecoder.set_before):
 `before_new_tokens_per_s`.
 """
 
@@ -120,11 +120,11 @@ def measure(name: str, args, device, dtype, bandwidth: float) -> dict:
     model = build(model_type, {**config, **(TINY if args.tiny else {})}, device, dtype)
     row = {"shape": name, "slots": args.slots, **regenerate(model, args, device)}
     if args.before:  # the same regeneration as before 2026-12-05, on this machine
-        StaticDecoder.use_pair_gemv = False
+        StaticDecoder.set_before(True)
         try:
             before = regenerate(model, args, device)
         finally:
-            StaticDecoder.use_pair_gemv = True
+            StaticDecoder.set_before(False)
         row["before_new_tokens_per_s"] = before["new_tokens_per_s"]
         row["before_ms_per_step_incl_prefills"] = before["ms_per_step_incl_prefills"]
     per_position = step_bytes(model, 1)["kv"]
@@ -160,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--samples", type=int, default=512)
     ap.add_argument("--profile", action="store_true", help="the step alone and its kernels")
     ap.add_argument("--before", action="store_true",
-                    help="also as before 2026-12-05 (use_pair_gemv off)")  # fmt: skip
+                    help="also as before 2026-12-05 (StaticDecoder.set_before)")  # fmt: skip
     ap.add_argument(
         "--prefill-len",
         type=int,

@@ -81,9 +81,15 @@ def unsupported_reason(config) -> str | None:
 
 
 class StaticDecoder(nn.Module):
-    # off: benchmarks' --before (the runtime as before 2026-12-05)
+    # off (set_before): benchmarks' --before, the runtime as before 2026-12-05
     use_pair_gemv = True  # see _moe
     use_decode_kernel = True  # attention_kernels at decode and verify steps on CUDA
+
+    @classmethod
+    def set_before(cls, before: bool) -> None:
+        """Decoders built from now on run as before 2026-12-05 (SDPA attention, grouped-GEMM
+        experts at every width) or as now: a same-machine before/after for benchmarks."""
+        cls.use_pair_gemv = cls.use_decode_kernel = not before
 
     def __init__(
         self,
