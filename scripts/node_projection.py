@@ -25,6 +25,10 @@ sys.path.insert(0, str(ROOT))
 from serving import cli  # noqa: E402
 
 MODES = {"regenerate": "samples_per_s", "teacher_forcing": "prefill_samples_per_s"}
+ASSUMES = (
+    "each GPU one role; per-GPU rates from one-GPU runs; no loss to transport, stalls or "
+    "imbalance; a sample is what each rate was measured on (see the rates' settings)"
+)
 
 
 def best_split(gpus: int, target: float, trainer: float) -> dict:
@@ -45,12 +49,12 @@ def project(results: dict, gpus: int, shapes: list[str]) -> dict:
         supply = results.get("regeneration", {}).get(shape, {})
         if trainer is None:
             raise SystemExit(f"no trainer.{shape}.samples_per_s in the results")
-        row = {"trainer_samples_per_s_per_gpu": trainer, "gpus": gpus}
+        row = {"trainer_samples_per_s_per_gpu": trainer, "gpus": gpus, "assumes": ASSUMES}
         for mode, key in MODES.items():
             if supply.get(key):
                 row[mode] = {"target_samples_per_s_per_gpu": supply[key]}
                 row[mode].update(best_split(gpus, supply[key], trainer))
-        if len(row) == 2:
+        if len(row) == 3:
             raise SystemExit(f"no regeneration.{shape} rates ({', '.join(MODES.values())})")
         out[shape] = row
     return out
