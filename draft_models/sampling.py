@@ -60,6 +60,12 @@ def counter_uniform(seed: torch.Tensor, pos: torch.Tensor, vocab: int) -> torch.
     return unit_interval(_mix(key[:, None] ^ cols[None]))
 
 
+def counter_row_uniform(seed: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+    """One uniform in (0, 1) per row, [B] fp32, a pure function of (seed [B], pos [B]): what
+    an inverse-CDF draw needs (counter_uniform gives one per vocabulary entry)."""
+    return unit_interval(_mix(_mix((seed.long() * 1_000_003 + pos.long() * 7_919) & _MASK)))
+
+
 def _mix(x: torch.Tensor) -> torch.Tensor:
     """A bijective 31-bit integer hash: an odd offset (so 0 does not map to 0), then
     xor-shift-multiply rounds."""

@@ -143,7 +143,7 @@ def test_engine_choice():
 
 
 def test_sampler_draws_from_the_tempered_nucleus_and_argmax_at_zero():
-    """Counter-based Gumbel-max: over many seeds the frequencies follow softmax(logits / T);
+    """Counter-based inverse CDF: over many seeds the frequencies follow softmax(logits / T);
     top_p drops the tail; temperature 0 is argmax; the draw is a function of (seed, position)."""
     from splitserve.target.runtime.sampling import sample_rows
 
