@@ -28,6 +28,11 @@ def available() -> bool:
     return torch.cuda.is_available()
 
 
+def register() -> None:
+    """Build and register the custom op (torch.ops.splitserve.*), once."""
+    _op()
+
+
 @functools.cache
 def _op():
     """The custom op (built once, on first use): graphs and torch.compile take it whole."""
@@ -170,4 +175,8 @@ def decode_attention(q, k_cache, v_cache, rows, pos, scale: float, window: int |
     """Attention of q [B, W, Hq, D] (last dim contiguous) over cache rows `rows` [B] of k_cache,
     v_cache [R, Hk, L, D]: the query at pos[b, w] sees the keys at positions <= it (and, with a
     `window`, > pos - window). Returns [B, W, Hq, D]."""
-    return _op()(q, k_cache, v_cache, rows.contiguous(), pos.contiguous(), scale, window or 0)
+    if not torch.compiler.is_compiling():  # registered on first use (never while tracing)
+        _op()
+    return torch.ops.splitserve.decode_attention(
+        q, k_cache, v_cache, rows.contiguous(), pos.contiguous(), scale, window or 0
+    )

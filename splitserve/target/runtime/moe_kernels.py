@@ -31,6 +31,11 @@ def available() -> bool:
     return torch.cuda.is_available()
 
 
+def register() -> None:
+    """Build and register the custom op (torch.ops.splitserve.*), once."""
+    _op()
+
+
 @functools.cache
 def _op():
     """The custom op (built once, on first use): torch.compile traces it as an opaque kernel."""
@@ -81,7 +86,9 @@ def _op():
 def pair_gemv(x, w, expert, scale=None, row_div: int = 1) -> torch.Tensor:
     """out[p] = w[expert[p]] @ x[p // row_div] (times scale[p]) for every pair p: x [R, K]
     contiguous, w [E, N, K] contiguous, expert [P] integer; out [P, N] in x's dtype."""
-    return _op()(x.contiguous(), w, expert.contiguous(), scale, row_div)
+    if not torch.compiler.is_compiling():  # registered on first use (never while tracing)
+        _op()
+    return torch.ops.splitserve.pair_gemv(x.contiguous(), w, expert.contiguous(), scale, row_div)
 
 
 def routed_mlp(t, gate_up, down, expert, weight, act) -> torch.Tensor:

@@ -142,6 +142,9 @@ class StaticDecoder(nn.Module):
         self.pair_gemv = (
             bool(moe) and self.use_pair_gemv and self.embed.is_cuda and moe_kernels.available()
         )
+        for on, kernels in ((self.decode_kernel, attention_kernels), (self.pair_gemv, moe_kernels)):
+            if on:  # register the op now: a compiled step must find it, not build it
+                kernels.register()
         dtype, device = self.embed.dtype, self.embed.device
         # one tensor per layer, written in place by index_put_ on the tensor itself: under
         # torch.compile a write into a view of one stacked [layers, ...] buffer was
