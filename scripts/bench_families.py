@@ -170,7 +170,8 @@ def measure(name: str, args, device, dtype, bandwidth: float) -> dict:
         "widths_ms": {},
     }
     max_len = args.context + max(args.widths + args.compile_widths) + 1
-    tag = "_before" if args.before else ""  # kept beside the current modes, not summarised
+    # kept beside the default modes, not summarised
+    tag = "_before" if args.before else "_decode_kernel" if args.decode_kernel else ""
     modes = [("graphed" + tag, args.widths, False)] if args.widths else []
     if args.compile_widths:
         modes.append(("compiled" + tag, args.compile_widths, True))
@@ -243,11 +244,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tiny", action="store_true", help="shrunk shapes (a CPU smoke run)")
     ap.add_argument("--identical", action="store_true", help="the CPU fp32 tests alone")
     ap.add_argument("--profile", action="store_true", help="list the narrowest step's kernels")
+    ap.add_argument(
+        "--decode-kernel",
+        action="store_true",
+        help="the Triton decode attention (StaticDecoder.use_decode_kernel)",
+    )
     ap.add_argument("--before", action="store_true",
                     help="the runtime as before 2026-12-05 (StaticDecoder.set_before): "
                     "modes graphed_before / compiled_before")  # fmt: skip
     args = ap.parse_args(argv)
     StaticDecoder.set_before(args.before)
+    StaticDecoder.use_decode_kernel = args.decode_kernel
     args.widths = [int(w) for w in args.widths.split(",") if w]
     args.compile_widths = [int(w) for w in args.compile_widths.split(",") if w]
     unknown = [s for s in args.shapes.split(",") if s not in SHAPES]

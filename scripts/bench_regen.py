@@ -128,6 +128,7 @@ def main(argv=None) -> None:
     args = p.parse_args(argv)
     args.layer_ids = [int(x) for x in args.layer_ids.split(",")]
     StaticDecoder.set_before(args.before)
+    StaticDecoder.use_decode_kernel = args.decode_kernel
     for flag in ("samples", "slots", "max_new_tokens", "max_length", "max_prompt_tokens"):
         if getattr(args, flag) < 1:
             p.error(f"--{flag.replace('_', '-')} must be >= 1")

@@ -120,11 +120,13 @@ def measure(name: str, args, device, dtype, bandwidth: float) -> dict:
     model = build(model_type, {**config, **(TINY if args.tiny else {})}, device, dtype)
     row = {"shape": name, "slots": args.slots, **regenerate(model, args, device)}
     if args.before:  # the same regeneration as before 2026-12-05, on this machine
+        kernel = StaticDecoder.use_decode_kernel
         StaticDecoder.set_before(True)
         try:
             before = regenerate(model, args, device)
         finally:
             StaticDecoder.set_before(False)
+            StaticDecoder.use_decode_kernel = kernel
         row["before_new_tokens_per_s"] = before["new_tokens_per_s"]
         row["before_ms_per_step_incl_prefills"] = before["ms_per_step_incl_prefills"]
     per_position = step_bytes(model, 1)["kv"]
@@ -159,6 +161,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--new", type=int, default=512, help="new tokens per answer")
     ap.add_argument("--samples", type=int, default=512)
     ap.add_argument("--profile", action="store_true", help="the step alone and its kernels")
+    ap.add_argument(
+        "--decode-kernel",
+        action="store_true",
+        help="the Triton decode attention (StaticDecoder.use_decode_kernel)",
+    )
     ap.add_argument("--before", action="store_true",
                     help="also as before 2026-12-05 (StaticDecoder.set_before)")  # fmt: skip
     ap.add_argument(
@@ -170,6 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--prefill-group", type=int, default=8, help="sequences per prefill")
     ap.add_argument("--tiny", action="store_true", help="shrunk shapes (a CPU smoke run)")
     args = ap.parse_args(argv)
+    StaticDecoder.use_decode_kernel = args.decode_kernel
     unknown = [s for s in args.shapes.split(",") if s not in SHAPES]
     if unknown:
         ap.error(f"--shapes: unknown {', '.join(unknown)}; known: {', '.join(SHAPES)}")

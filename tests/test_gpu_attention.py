@@ -65,13 +65,14 @@ def test_decode_attention_equals_fp32(rows, width, heads, kv_heads, dim, length,
 
 
 @pytest.mark.parametrize("model_type", ["llama", "mistral", "qwen3", "gemma3_text", "qwen3_moe"])
-def test_static_steps_with_the_kernel_equal_steps_without(model_type):
+def test_static_steps_with_the_kernel_equal_steps_without(model_type, monkeypatch):
     """bf16 tiny targets on CUDA: verify steps of widths 1, 4 and 8 after a prompt, with the
     kernel and with SDPA over the masked cache: the same logits, states and greedy tokens."""
     from test_static_families import family_target
 
     from splitserve.target.runtime.static_model import StaticDecoder
 
+    monkeypatch.setattr(StaticDecoder, "use_decode_kernel", True)  # off by default until verified
     model = family_target(model_type, head_dim=16).to(CUDA, torch.bfloat16)  # the kernel's least
     seq = torch.randint(1, 96, (1, 40), generator=torch.Generator().manual_seed(3)).to(CUDA)
     nets = [StaticDecoder(model, max_rows=1, max_len=64, capture_ids=[0, 2]) for _ in range(2)]
