@@ -349,7 +349,12 @@ class StaticDecoder(nn.Module):
         if moe["renorm"]:
             weight = weight / weight.sum(dim=-1, keepdim=True)
         weight = weight.to(h.dtype)
-        if self.pair_gemv and expert.numel() <= moe_kernels.MAX_PAIRS:
+        # (not under torch.compile until a compiled step with it has run on a device)
+        if (
+            self.pair_gemv
+            and expert.numel() <= moe_kernels.MAX_PAIRS
+            and not torch.compiler.is_compiling()
+        ):
             out = moe_kernels.routed_mlp(t, moe["gate_up"], moe["down"], expert, weight, p["act"])
             return out.reshape(shape)
         if self.grouped:
