@@ -12,20 +12,11 @@ Chunks are sized so that even one row (batch-1 decoding) spreads over the device
 Needs Triton and a CUDA device (`available()`); CPU runs never import it.
 """
 
-import functools
-
 import torch
 
+from .triton_ops import available, once  # noqa: F401 (available: the module's API)
+
 MAX_ROWS = 128  # query rows per (row, key head) tile: W x G up to this
-
-
-@functools.cache
-def available() -> bool:
-    try:
-        import triton  # noqa: F401
-    except ImportError:
-        return False
-    return torch.cuda.is_available()
 
 
 def register() -> None:
@@ -33,7 +24,7 @@ def register() -> None:
     _op()
 
 
-@functools.cache
+@once
 def _op():
     """The custom op (built once, on first use): graphs and torch.compile take it whole."""
     import triton

@@ -14,21 +14,13 @@ its tokens (on one H200, Qwen3-30B-A3B shape: width 1 7.43 against 8.44 ms a gra
 Needs Triton and a CUDA device (`available()`); CPU runs never import it.
 """
 
-import functools
 from typing import Optional
 
 import torch
 
+from .triton_ops import available, once  # noqa: F401 (available: the module's API)
+
 MAX_PAIRS = 16  # (token, expert) pairs up to which the GEMV path runs: one token's
-
-
-@functools.cache
-def available() -> bool:
-    try:
-        import triton  # noqa: F401
-    except ImportError:
-        return False
-    return torch.cuda.is_available()
 
 
 def register() -> None:
@@ -36,7 +28,7 @@ def register() -> None:
     _op()
 
 
-@functools.cache
+@once
 def _op():
     """The custom op (built once, on first use): torch.compile traces it as an opaque kernel."""
     import triton
