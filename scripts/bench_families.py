@@ -171,7 +171,7 @@ def measure(name: str, args, device, dtype, bandwidth: float) -> dict:
     }
     max_len = args.context + max(args.widths + args.compile_widths) + 1
     # kept beside the default modes, not summarised
-    tag = "_before" if args.before else "_decode_kernel" if args.decode_kernel else ""
+    tag = "_before" if args.before else "_sdpa" if args.sdpa else ""
     modes = [("graphed" + tag, args.widths, False)] if args.widths else []
     if args.compile_widths:
         modes.append(("compiled" + tag, args.compile_widths, True))
@@ -247,14 +247,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--decode-kernel",
         action="store_true",
-        help="the Triton decode attention (StaticDecoder.use_decode_kernel)",
+        help="SDPA over the masked cache, not the Triton decode attention",
     )
     ap.add_argument("--before", action="store_true",
                     help="the runtime as before 2026-12-05 (StaticDecoder.set_before): "
                     "modes graphed_before / compiled_before")  # fmt: skip
     args = ap.parse_args(argv)
-    StaticDecoder.set_before(args.before)
-    StaticDecoder.use_decode_kernel = args.decode_kernel
+    StaticDecoder.use_decode_kernel = not args.sdpa
+    StaticDecoder.set_before(args.before)  # (before: SDPA too)
     args.widths = [int(w) for w in args.widths.split(",") if w]
     args.compile_widths = [int(w) for w in args.compile_widths.split(",") if w]
     unknown = [s for s in args.shapes.split(",") if s not in SHAPES]

@@ -124,11 +124,16 @@ def main(argv=None) -> None:
     )
     p.add_argument("--profile", action="store_true",
                    help="static: time the step graph alone and list its kernels")  # fmt: skip
+    p.add_argument(
+        "--sdpa",
+        action="store_true",
+        help="static: SDPA over the masked cache, not the Triton decode attention",
+    )
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = p.parse_args(argv)
     args.layer_ids = [int(x) for x in args.layer_ids.split(",")]
-    StaticDecoder.set_before(args.before)
-    StaticDecoder.use_decode_kernel = args.decode_kernel
+    StaticDecoder.use_decode_kernel = not args.sdpa
+    StaticDecoder.set_before(args.before)  # (before: SDPA too)
     for flag in ("samples", "slots", "max_new_tokens", "max_length", "max_prompt_tokens"):
         if getattr(args, flag) < 1:
             p.error(f"--{flag.replace('_', '-')} must be >= 1")

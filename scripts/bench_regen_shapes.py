@@ -164,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--decode-kernel",
         action="store_true",
-        help="the Triton decode attention (StaticDecoder.use_decode_kernel)",
+        help="SDPA over the masked cache, not the Triton decode attention",
     )
     ap.add_argument("--before", action="store_true",
                     help="also as before 2026-12-05 (StaticDecoder.set_before)")  # fmt: skip
@@ -177,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--prefill-group", type=int, default=8, help="sequences per prefill")
     ap.add_argument("--tiny", action="store_true", help="shrunk shapes (a CPU smoke run)")
     args = ap.parse_args(argv)
-    StaticDecoder.use_decode_kernel = args.decode_kernel
+    StaticDecoder.use_decode_kernel = not args.sdpa
     unknown = [s for s in args.shapes.split(",") if s not in SHAPES]
     if unknown:
         ap.error(f"--shapes: unknown {', '.join(unknown)}; known: {', '.join(SHAPES)}")

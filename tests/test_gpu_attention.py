@@ -72,7 +72,7 @@ def test_static_steps_with_the_kernel_equal_steps_without(model_type, monkeypatc
 
     from splitserve.target.runtime.static_model import StaticDecoder
 
-    monkeypatch.setattr(StaticDecoder, "use_decode_kernel", True)  # off by default until verified
+    monkeypatch.setattr(StaticDecoder, "use_decode_kernel", True)  # whatever a benchmark set
     model = family_target(model_type, head_dim=16).to(CUDA, torch.bfloat16)  # the kernel's least
     seq = torch.randint(1, 96, (1, 40), generator=torch.Generator().manual_seed(3)).to(CUDA)
     nets = [StaticDecoder(model, max_rows=1, max_len=64, capture_ids=[0, 2]) for _ in range(2)]

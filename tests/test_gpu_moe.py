@@ -61,8 +61,9 @@ def test_pair_gemv_in_a_cuda_graph_and_compiled():
     graph.replay()
     torch.testing.assert_close(out, run(), rtol=0, atol=0)
     assert not torch.equal(out, eager)
-    compiled = torch.compile(run, fullgraph=True)
-    torch.testing.assert_close(compiled(), run(), rtol=0, atol=0)
+    compiled = torch.compile(run, fullgraph=True)  # the op traced whole; inductor fuses the
+    # activation between the two GEMVs in fp32, so bf16 rounding differs (exact: 1 failed, H200)
+    torch.testing.assert_close(compiled(), run(), rtol=2e-2, atol=2e-2)
 
 
 def test_static_decoder_steps_with_the_pair_gemv_as_with_grouped_gemms():

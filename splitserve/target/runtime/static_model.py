@@ -82,9 +82,9 @@ def unsupported_reason(config) -> str | None:
 
 class StaticDecoder(nn.Module):
     use_pair_gemv = True  # see _moe (off: set_before)
-    # attention_kernels at decode and verify steps on CUDA: off until its GPU tests
-    # (tests/test_gpu_attention.py) have passed on a device; benchmarks' --decode-kernel
-    use_decode_kernel = False
+    # attention_kernels at decode and verify steps on CUDA (tests/test_gpu_attention.py passed
+    # on one H200, 2026-12-05); off: SDPA over the masked cache (set_before)
+    use_decode_kernel = True
 
     @classmethod
     def set_before(cls, before: bool) -> None:
