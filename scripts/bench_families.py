@@ -31,6 +31,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchlib import (  # noqa: E402
+    add_runtime_switches,
+    apply_runtime_switches,
     copy_bandwidth,
     step_kernels,
     step_ms,
@@ -40,7 +42,6 @@ from benchlib import (  # noqa: E402
 
 from serving import cli  # noqa: E402
 from splitserve.target.runtime import StaticEngine  # noqa: E402
-from splitserve.target.runtime.static_model import StaticDecoder  # noqa: E402
 
 # name -> (family key in the report, HF model_type, config): public configs of each model
 SHAPES = {
@@ -244,17 +245,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tiny", action="store_true", help="shrunk shapes (a CPU smoke run)")
     ap.add_argument("--identical", action="store_true", help="the CPU fp32 tests alone")
     ap.add_argument("--profile", action="store_true", help="list the narrowest step's kernels")
-    ap.add_argument(
-        "--decode-kernel",
-        action="store_true",
-        help="SDPA over the masked cache, not the Triton decode attention",
-    )
-    ap.add_argument("--before", action="store_true",
-                    help="the runtime as before 2026-12-05 (StaticDecoder.set_before): "
-                    "modes graphed_before / compiled_before")  # fmt: skip
+    add_runtime_switches(ap, "the runtime as before 2026-12-05 (StaticDecoder.set_before): "
+                         "modes graphed_before / compiled_before")  # fmt: skip
     args = ap.parse_args(argv)
-    StaticDecoder.use_decode_kernel = not args.sdpa
-    StaticDecoder.set_before(args.before)  # (before: SDPA too)
+    apply_runtime_switches(args, args.before)
     args.widths = [int(w) for w in args.widths.split(",") if w]
     args.compile_widths = [int(w) for w in args.compile_widths.split(",") if w]
     unknown = [s for s in args.shapes.split(",") if s not in SHAPES]

@@ -30,6 +30,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchlib import (  # noqa: E402  (scripts/)
+    add_runtime_switches,
+    apply_runtime_switches,
     back_to_back_ms,
     copy_bandwidth,
     kernel_table,
@@ -43,7 +45,6 @@ from splitserve.target.backends import TargetSetup, make_backend  # noqa: E402
 from splitserve.target.config import SamplingSetting, TargetConfig, resolve_dtype  # noqa: E402
 from splitserve.target.embedded import ensure_smollm2  # noqa: E402
 from splitserve.target.models import load_causal_lm  # noqa: E402
-from splitserve.target.runtime.static_model import StaticDecoder  # noqa: E402
 
 
 def prompt_conversations(n: int, sharegpt_weight: int = 1) -> list:
@@ -117,23 +118,13 @@ def main(argv=None) -> None:
     p.add_argument("--max-prompt-tokens", type=int, default=256, help="data.max_prompt_tokens")
     p.add_argument("--sharegpt", type=int, default=1, help="ShareGPT weight beside GSM8K's 1")
     p.add_argument("--layer-ids", default="1,15,28", help="captured target layers")
-    p.add_argument(
-        "--before",
-        action="store_true",
-        help="static: the runtime as before 2026-12-05 (StaticDecoder.set_before)",
-    )
     p.add_argument("--profile", action="store_true",
                    help="static: time the step graph alone and list its kernels")  # fmt: skip
-    p.add_argument(
-        "--sdpa",
-        action="store_true",
-        help="static: SDPA over the masked cache, not the Triton decode attention",
-    )
+    add_runtime_switches(p, "static: the runtime as before 2026-12-05 (StaticDecoder.set_before)")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = p.parse_args(argv)
     args.layer_ids = [int(x) for x in args.layer_ids.split(",")]
-    StaticDecoder.use_decode_kernel = not args.sdpa
-    StaticDecoder.set_before(args.before)  # (before: SDPA too)
+    apply_runtime_switches(args, args.before)
     for flag in ("samples", "slots", "max_new_tokens", "max_length", "max_prompt_tokens"):
         if getattr(args, flag) < 1:
             p.error(f"--{flag.replace('_', '-')} must be >= 1")

@@ -34,6 +34,8 @@ sys.path.insert(0, str(ROOT))
 
 from bench_families import SHAPES, TINY, build, step_bytes  # noqa: E402  (scripts/)
 from benchlib import (  # noqa: E402
+    add_runtime_switches,
+    apply_runtime_switches,
     back_to_back_ms,
     copy_bandwidth,
     kernel_table,
@@ -44,7 +46,6 @@ from benchlib import (  # noqa: E402
 
 from serving import cli  # noqa: E402
 from splitserve.target.runtime.regen import Regenerator, Request  # noqa: E402
-from splitserve.target.runtime.static_model import StaticDecoder  # noqa: E402
 
 
 def requests(n: int, prompt: int, new: int, vocab: int) -> list[Request]:
@@ -120,13 +121,11 @@ def measure(name: str, args, device, dtype, bandwidth: float) -> dict:
     model = build(model_type, {**config, **(TINY if args.tiny else {})}, device, dtype)
     row = {"shape": name, "slots": args.slots, **regenerate(model, args, device)}
     if args.before:  # the same regeneration as before 2026-12-05, on this machine
-        kernel = StaticDecoder.use_decode_kernel
-        StaticDecoder.set_before(True)
+        apply_runtime_switches(args, before=True)
         try:
             before = regenerate(model, args, device)
         finally:
-            StaticDecoder.set_before(False)
-            StaticDecoder.use_decode_kernel = kernel
+            apply_runtime_switches(args)
         row["before_new_tokens_per_s"] = before["new_tokens_per_s"]
         row["before_ms_per_step_incl_prefills"] = before["ms_per_step_incl_prefills"]
     per_position = step_bytes(model, 1)["kv"]
@@ -161,13 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--new", type=int, default=512, help="new tokens per answer")
     ap.add_argument("--samples", type=int, default=512)
     ap.add_argument("--profile", action="store_true", help="the step alone and its kernels")
-    ap.add_argument(
-        "--decode-kernel",
-        action="store_true",
-        help="SDPA over the masked cache, not the Triton decode attention",
-    )
-    ap.add_argument("--before", action="store_true",
-                    help="also as before 2026-12-05 (StaticDecoder.set_before)")  # fmt: skip
+    add_runtime_switches(ap, "also as before 2026-12-05 (StaticDecoder.set_before)")
     ap.add_argument(
         "--prefill-len",
         type=int,
@@ -177,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--prefill-group", type=int, default=8, help="sequences per prefill")
     ap.add_argument("--tiny", action="store_true", help="shrunk shapes (a CPU smoke run)")
     args = ap.parse_args(argv)
-    StaticDecoder.use_decode_kernel = not args.sdpa
+    apply_runtime_switches(args)
     unknown = [s for s in args.shapes.split(",") if s not in SHAPES]
     if unknown:
         ap.error(f"--shapes: unknown {', '.join(unknown)}; known: {', '.join(SHAPES)}")

@@ -126,3 +126,20 @@ def kernel_table(replay, device, replays: int = 20) -> dict:
             {"name": n[:120], "count": len(v) / replays, "ms": sum(v) / replays} for n, v in top
         ],
     }
+
+
+def add_runtime_switches(parser, before_help: str | None = None) -> None:
+    """--sdpa (SDPA over the masked cache instead of the Triton decode attention) and, with a
+    help text, --before (the static runtime as before 2026-12-05)."""
+    sdpa = "SDPA over the masked cache, not the Triton decode attention"
+    parser.add_argument("--sdpa", action="store_true", help=sdpa)
+    if before_help:
+        parser.add_argument("--before", action="store_true", help=before_help)
+
+
+def apply_runtime_switches(args, before: bool = False) -> None:
+    """StaticDecoders built from now on follow --sdpa and `before` (which implies SDPA)."""
+    from splitserve.target.runtime.static_model import StaticDecoder
+
+    StaticDecoder.use_decode_kernel = not args.sdpa
+    StaticDecoder.set_before(before)
