@@ -166,6 +166,15 @@ def test_sampler_draws_from_the_tempered_nucleus_and_argmax_at_zero():
     assert torch.equal(again, sample_rows(rows, seed, pos, ones, ones, False)[:100])
     moved = sample_rows(rows[:100], seed[:100], pos[:100] + 1, ones[:100], ones[:100], False)
     assert not torch.equal(again, moved)
+    # peaked logits at a low temperature: most probabilities round to 0 in fp32, in any order
+    peaked = torch.full((n, 49), -200.0)
+    peaked[:, [0, 9, 30]] = torch.tensor([0.0, 0.3, 0.0])
+    for nucleus in (False, True):
+        drawn = sample_rows(peaked, seed, pos, ones * 0.1, ones, nucleus)
+        assert set(drawn.unique().tolist()) <= {0, 9, 30}
+        freq = torch.bincount(drawn, minlength=49)[[0, 9, 30]].float() / n
+        law = (peaked[0, [0, 9, 30]] / 0.1).softmax(-1)
+        torch.testing.assert_close(freq, law, atol=0.01, rtol=0)
     from draft_models.sampling import unit_interval
 
     ends = unit_interval(torch.tensor([0, 255, 256, (1 << 31) - 256, (1 << 31) - 1]))

@@ -3,9 +3,9 @@
 Why counter-based: with continuous refill a sequence shares its batch with whichever others are
 in flight, so a generator stream shared by the batch would make a sample's tokens depend on its
 neighbours (and a resumed run would have to rebuild the same batch to get the same samples). Here
-the noise for token v of the token at position p of a row seeded s is a hash of (s, p, v): a
-sample's tokens depend only on its own seed and its own logits, whatever the batch, the slot or
-the step. The sampler inverts the CDF of softmax(logits / T) (restricted to the nucleus) at one
+the uniform that draws the token at position p of a row seeded s is a hash of (s, p): a sample's
+tokens depend only on its own seed and its own logits, whatever the batch, the slot or the step.
+The sampler inverts the CDF of softmax(logits / T) (restricted to the nucleus) at one
 counter uniform per row: the same law as a Gumbel-max draw, without a hash per vocabulary entry
 (on one H200 the per-entry hashes and the scatter back from the sort took about a sixth of a
 SmolLM2 regeneration step); temperature 0 is argmax.
@@ -38,11 +38,12 @@ def sample_rows(
         probs = probs.masked_fill(before > top_p[:, None], 0.0)
     else:
         probs, order = scaled.softmax(-1), None
-    cdf = probs.cumsum(-1)
-    u = counter_row_uniform(seed, pos)[:, None] * cdf[:, -1:]
-    # the first entry whose cumulative mass passes u: never one of zero probability (rounding
-    # aside: clamped to the last kept entry)
-    last = (probs > 0).sum(-1, keepdim=True) - 1
+    cdf = probs.double().cumsum(-1)  # fp64: monotone, and exact enough at 150k entries
+    u = counter_row_uniform(seed, pos).double()[:, None] * cdf[:, -1:]
+    # the first entry whose cumulative mass passes u has probability > 0; rounding aside, the
+    # draw is clamped to the last entry of probability > 0 (where the running count of them
+    # first peaks: in vocabulary order they need not be a prefix)
+    last = (probs > 0).cumsum(-1).argmax(-1, keepdim=True)
     idx = torch.searchsorted(cdf, u, right=True).minimum(last)
     drawn = (idx if order is None else order.gather(-1, idx))[:, 0]
     return torch.where(temperature > 0, drawn, logits.argmax(-1))
