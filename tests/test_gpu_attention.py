@@ -38,6 +38,7 @@ def reference(q, kc, vc, rows, pos, scale, window):
         (3, 4, 8, 8, 64, 257, 0),  # no GQA, three rows, a length not a tile multiple
         (5, 1, 9, 3, 64, 1025, 0),  # SmolLM2's heads
         (2, 8, 8, 4, 256, 700, 100),  # Gemma's head dim, a sliding window
+        (1, 16, 16, 4, 256, 300, 0),  # head dim 256 at its most rows (64)
         (256, 1, 32, 8, 128, 1025, 0),  # a regeneration batch: one split per program
     ],
 )
@@ -53,9 +54,14 @@ def test_decode_attention_equals_fp32(rows, width, heads, kv_heads, dim, length,
     last[0] = length - 1
     pos = last[:, None] - width + 1 + torch.arange(width, device=CUDA)[None]
     scale = dim**-0.5
+    assert width * heads // kv_heads <= attention_kernels.max_rows(dim)
     got = attention_kernels.decode_attention(q, kc, vc, cache_rows, pos, scale, window or None)
     want = reference(q, kc, vc, cache_rows, pos, scale, window)
     torch.testing.assert_close(got.float(), want, atol=2e-2, rtol=2e-2)
+    # splits sized from a shorter `length` (a step's extent bucket) cover the same keys
+    extent = int(last.max()) + 1
+    short = attention_kernels.decode_attention(q, kc, vc, cache_rows, pos, scale, window, extent)
+    torch.testing.assert_close(short.float(), want, atol=2e-2, rtol=2e-2)
     # keys past a row's newest query never count: garbage there changes nothing
     kc2 = kc.clone()
     for i, r in enumerate(cache_rows.tolist()):

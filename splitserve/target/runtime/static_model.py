@@ -40,7 +40,6 @@ from torch import nn
 from draft_models.families import family, static_types
 
 from . import attention_kernels, moe_kernels
-from .attention_kernels import MAX_ROWS as MAX_TILE_ROWS
 
 # RoPE types whose frequencies are fixed at load: "dynamic" and "longrope" rescale them from the
 # largest position in a batch (a host read, and one row's frequencies would depend on the others)
@@ -250,9 +249,13 @@ class StaticDecoder(nn.Module):
             rope[key] = cos[:, :, None, :], sin[:, :, None, :]
         # additive masks, one per window size, made once a forward; a fresh prefill needs one
         # only where a window is shorter than the call
-        # a decode or verify step on CUDA: the Triton kernel reads each row's real context
+        # a decode or verify step on CUDA: the Triton kernel reads each row's real context (not
+        # under torch.compile until a compiled step with it has run on a device)
         kernel = (
-            self.decode_kernel and not fresh and w * self.heads // self.kv_heads <= MAX_TILE_ROWS
+            self.decode_kernel
+            and not fresh
+            and w * self.heads // self.kv_heads <= attention_kernels.max_rows(self.head_dim)
+            and not torch.compiler.is_compiling()
         )
         masks = {}
         for win in {p["window"] for p in self.layers} if not kernel else ():
@@ -281,7 +284,7 @@ class StaticDecoder(nn.Module):
             v_all[cache_rows, :, pos] = v
             if kernel:
                 attn = attention_kernels.decode_attention(
-                    q, k_all, v_all, cache_rows[:, 0], pos, self.scale, p["window"]
+                    q, k_all, v_all, cache_rows[:, 0], pos, self.scale, p["window"], extent
                 ).reshape(b, w, hq * d)
                 out = F.linear(attn, p["o"], p["o_bias"])
             elif fresh:  # a new row's keys are this call's: causal, no cache read
