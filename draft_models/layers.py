@@ -25,11 +25,14 @@ def activation_dtype(weight: torch.Tensor) -> torch.dtype:
 
 
 class RMSNorm(nn.RMSNorm):
-    """nn.RMSNorm computed in its input's dtype: under amp the weight is fp32 and the input
-    bf16, a pair torch's fused kernel refuses (it falls back to a slower composite)."""
+    """nn.RMSNorm whose weight meets its input in one dtype: under amp the weight is fp32 and
+    the input bf16, a pair torch's fused kernel refuses (a slower composite). Where autocast runs
+    rms_norm itself (CUDA lists it among the fp32 ops) the weight is left as it is."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.rms_norm(x, self.normalized_shape, self.weight.to(x.dtype), self.eps)
+        autocast = torch.is_autocast_enabled(x.device.type)
+        weight = self.weight if autocast and x.is_cuda else self.weight.to(x.dtype)
+        return F.rms_norm(x, self.normalized_shape, weight, self.eps)
 
 
 class Qwen3Attention(nn.Module):

@@ -51,8 +51,8 @@ class TrainConfig:
     grad_clip: float = 1.0
     zero_stage: int = 1
     # bf16: bf16 weights, fp32 master copies in DeepSpeed's optimizer (bf16 off on CPU: fp32);
-    # amp: fp32 weights stepped by fused Adam directly, bf16 compute under torch.autocast
-    # (DeepSpeed's torch_autocast; on CPU too): no master copy to keep in sync each step
+    # amp: fp32 weights, bf16 compute under torch.autocast (DeepSpeed's torch_autocast; on CPU
+    # too); at zero_stage=0 fused Adam steps the weights directly (no master copy to sync)
     precision: str = "bf16"
     num_anchors: int = 64  # per sequence (DeepSpec: 512)
     seed: int = 0
