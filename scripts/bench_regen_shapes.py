@@ -11,7 +11,9 @@ random prompts of --prompt/2..--prompt tokens, --slots at a time, sampled at tem
 reports new tokens/s and, over this device's copy bandwidth (benchlib.copy_bandwidth), two
 floors: `floor_new_tokens_per_s` = slots / (the weights a step reads + the keys and values of
 every row's real context, at the mean context of a decode step), and `padded_floor_...`, which
-counts the whole cache every row owns (what a step attending over the padded cache reads).
+counts the whole cache every row owns (what a step attending over the padded cache reads). For a
+mixture of experts the weights counted are one token's top-k experts: with many rows in flight a
+step reads nearly every expert, so that floor is optimistic.
 `--prefill-len N`: teacher forcing's rate too (a target worker given answers, target.regenerate
 =false): groups of --prefill-group random sequences of N tokens prefilled as fresh rows.
 `--profile`: the step graph replayed alone and its largest kernels. `--before`: the same run with

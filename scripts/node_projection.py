@@ -45,7 +45,10 @@ def best_split(gpus: int, target: float, trainer: float) -> dict:
 def project(results: dict, gpus: int, shapes: list[str]) -> dict:
     out = {}
     for shape in shapes:
-        trainer = results.get("trainer", {}).get(shape, {}).get("samples_per_s")
+        trainer = (  # a results file's headline, or bench_trainer's own report's best config
+            results.get("trainer", {}).get(shape, {}).get("samples_per_s")
+            or results.get("best", {}).get(shape, {}).get("samples_per_s")
+        )
         supply = results.get("regeneration", {}).get(shape, {})
         if trainer is None:
             raise SystemExit(f"no trainer.{shape}.samples_per_s in the results")

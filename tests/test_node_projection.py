@@ -35,3 +35,17 @@ def test_missing_rates_are_named(tmp_path):
     cmd = [sys.executable, str(ROOT / "scripts/node_projection.py"), "--results", str(results)]
     run = subprocess.run(cmd, capture_output=True, text=True)
     assert run.returncode != 0 and "regeneration.qwen3_8b" in run.stderr
+
+
+def test_a_bench_trainer_report_is_read_through_its_best_config(tmp_path):
+    results = tmp_path / "results.json"
+    results.write_text(json.dumps({
+        "trainer": {"qwen3_8b_s2048_b7_amp_z0": {"samples_per_s": 8.0}},
+        "best": {"qwen3_8b": {"samples_per_s": 8.0, "config": "qwen3_8b_s2048_b7_amp_z0"}},
+        "regeneration": {"qwen3_8b": {"samples_per_s": 2.0}},
+    }))  # fmt: skip
+    cmd = [sys.executable, str(ROOT / "scripts/node_projection.py"), "--results", str(results)]
+    subprocess.run(cmd, check=True, capture_output=True)
+    out = json.loads(results.read_text())["node_projection"]["qwen3_8b"]
+    assert out["trainer_samples_per_s_per_gpu"] == 8.0 and "teacher_forcing" not in out
+    assert out["regenerate"]["samples_per_s"] == 12.0
