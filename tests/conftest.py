@@ -257,6 +257,19 @@ def gemma3_site() -> Path:
     return site
 
 
+# ----- Triton as the device machine has it, for its interpreter (test_kernels_interpreted.py):
+# TRITON_INTERPRET=1 runs the runtime's kernels on CPU tensors. Never in the venv (on CPU,
+# transformers would bind Triton kernels it finds); numpy below 2.3, whose int() of a one-element
+# array the interpreter relies on.
+TRITON_PACKAGES = ["triton==3.6.0", "numpy==2.2.6"]
+
+
+@pytest.fixture(scope="session")
+def triton_site() -> Path:
+    """TRITON_PACKAGES in the cache: put it first on a subprocess's PYTHONPATH."""
+    return cached_site("triton-3.6.0-numpy-2.2.6", TRITON_PACKAGES, "triton")
+
+
 def run_speculators(site: Path, code: str) -> subprocess.CompletedProcess:
     """`python -c code` with speculators' site (after this checkout's venv) on the path."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(site)])}

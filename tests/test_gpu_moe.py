@@ -1,38 +1,40 @@
 """The Triton pair GEMV of a mixture of experts (splitserve/target/runtime/moe_kernels.py) against
 fp32 arithmetic and the grouped-GEMM path, eagerly, in a CUDA graph and compiled (skipped without
-a GPU and Triton; run on the device machine: `python -m pytest -q tests/test_gpu_moe.py`)."""
+a GPU and Triton; run on the device machine: `python -m pytest -q tests/test_gpu_moe.py`). The
+arithmetic test also runs on CPU tensors in fp32 under Triton's interpreter
+(tests/test_kernels_interpreted.py)."""
 
 import pytest
 import torch
 import torch.nn.functional as F
+from interpreted import DEVICE, DTYPE, INTERPRETED, STEP_TOL, TOL, kernels_run, on_gpu_only
 
 from splitserve.target.runtime import moe_kernels
 
 pytestmark = [
     pytest.mark.gpu,
-    pytest.mark.skipif(not moe_kernels.available(), reason="needs a CUDA device and Triton"),
+    pytest.mark.skipif(not kernels_run(moe_kernels), reason="needs a CUDA device and Triton"),
 ]
-CUDA = torch.device("cuda")
 
 
 def problem(tokens: int, experts=16, k=8, hidden=200, inter=96, seed=0):
     """Dims not multiples of the kernel's tiles, so its masks are exercised."""
-    g = torch.Generator(device=CUDA).manual_seed(seed)
-    r = lambda *s: torch.randn(*s, generator=g, device=CUDA, dtype=torch.bfloat16)  # noqa: E731
+    g = torch.Generator(device=DEVICE).manual_seed(seed)
+    r = lambda *s: torch.randn(*s, generator=g, device=DEVICE, dtype=DTYPE)  # noqa: E731
     t = r(tokens, hidden)
     gate_up, down = r(experts, 2 * inter, hidden) * 0.1, r(experts, hidden, inter) * 0.1
     probs = F.softmax(r(tokens, experts).float(), -1)
     weight, expert = probs.topk(k, dim=-1)
-    return t, gate_up, down, expert, weight.to(torch.bfloat16)
+    return t, gate_up, down, expert, weight.to(DTYPE)
 
 
 def reference(t, gate_up, down, expert, weight):
-    out = torch.zeros(t.shape, dtype=torch.float32, device=CUDA)
+    out = torch.zeros(t.shape, dtype=torch.float32, device=DEVICE)
     for i in range(t.shape[0]):
         for j in range(expert.shape[1]):
             e = int(expert[i, j])
             gate, up = (gate_up[e].float() @ t[i].float()).chunk(2)
-            a = (F.silu(gate) * up).to(torch.bfloat16).float()  # the kernel's input is bf16
+            a = (F.silu(gate) * up).to(DTYPE).float()  # the second GEMV reads it in DTYPE
             out[i] += weight[i, j].float() * (down[e].float() @ a)
     return out
 
@@ -41,10 +43,11 @@ def reference(t, gate_up, down, expert, weight):
 def test_pair_gemv_equals_fp32_arithmetic(tokens):
     args = problem(tokens)
     got = moe_kernels.routed_mlp(*args, act=F.silu)
-    assert got.dtype == torch.bfloat16 and got.shape == args[0].shape
-    torch.testing.assert_close(got.float(), reference(*args), rtol=2e-2, atol=2e-2)
+    assert got.dtype == DTYPE and got.shape == args[0].shape
+    torch.testing.assert_close(got.float(), reference(*args), **TOL)
 
 
+@on_gpu_only
 def test_pair_gemv_in_a_cuda_graph_and_compiled():
     t, gate_up, down, expert, weight = problem(8)
     run = lambda: moe_kernels.routed_mlp(t, gate_up, down, expert, weight, F.silu)  # noqa: E731
@@ -67,21 +70,22 @@ def test_pair_gemv_in_a_cuda_graph_and_compiled():
 
 
 def test_static_decoder_steps_with_the_pair_gemv_as_with_grouped_gemms():
-    """A tiny Qwen3-MoE target in bf16: verify steps of widths 1 and 8 (pairs <= MAX_PAIRS)
-    through the pair GEMV give the grouped-GEMM path's logits and states to bf16 rounding."""
+    """A tiny Qwen3-MoE target (bf16 on CUDA, fp32 interpreted): verify steps of widths 1 and 8
+    (pairs <= MAX_PAIRS) through the pair GEMV give the other path's logits and states (grouped
+    GEMMs on CUDA, every expert weighted on CPU) to rounding."""
     from test_static_families import family_target
 
     from splitserve.target.runtime.static_model import StaticDecoder
 
-    model = family_target("qwen3_moe").to(CUDA, torch.bfloat16)
-    seq = torch.randint(1, 96, (1, 12), generator=torch.Generator().manual_seed(3)).to(CUDA)
+    model = family_target("qwen3_moe").to(DEVICE, DTYPE)
+    seq = torch.randint(1, 96, (1, 12), generator=torch.Generator().manual_seed(3)).to(DEVICE)
     pair = StaticDecoder(model, max_rows=1, max_len=24, capture_ids=[0, 2])
     grouped = StaticDecoder(model, max_rows=1, max_len=24, capture_ids=[0, 2])
-    assert pair.pair_gemv
-    grouped.pair_gemv = False
+    assert pair.pair_gemv or INTERPRETED  # (the runtime takes it on CUDA only)
+    pair.pair_gemv, grouped.pair_gemv = True, False
     for net in (pair, grouped):
-        net(seq, torch.arange(12, device=CUDA)[None], fresh=True)  # the same prompt in both
+        net(seq, torch.arange(12, device=DEVICE)[None], fresh=True)  # the same prompt in both
     for width in (1, 8):
-        ids, pos = seq[:, :width], torch.arange(12, 12 + width, device=CUDA)[None]
+        ids, pos = seq[:, :width], torch.arange(12, 12 + width, device=DEVICE)[None]
         for a, b in zip(pair(ids, pos), grouped(ids, pos), strict=True):
-            torch.testing.assert_close(a.float(), b.float(), atol=3e-2, rtol=3e-2)
+            torch.testing.assert_close(a.float(), b.float(), **STEP_TOL)
