@@ -205,7 +205,12 @@ def test_the_real_gemma3_270m_runs_statically_as_transformers_does(gemma3_site):
     engine = StaticEngine(model, layer_ids, max_len=256)
     got_logits, feats = engine.forward(prompt, 0)
     torch.testing.assert_close(got_logits, logits, atol=1e-3, rtol=1e-4)
-    torch.testing.assert_close(feats, torch.cat(layers, -1), atol=1e-3, rtol=1e-4)
+    # Gemma's residual stream reaches ~8e4, so an element's rounding follows its row's largest
+    # values, not its own: an absolute tolerance of 1e-6 of each layer's largest value (fp32
+    # rounding measured ~1e-7 of it; an elementwise 1e-3 failed on one CPU by 1.8e-3)
+    for i, ref in enumerate(layers):
+        got = feats[:, i * ref.shape[-1] : (i + 1) * ref.shape[-1]]
+        torch.testing.assert_close(got, ref, atol=1e-6 * float(ref.abs().max()), rtol=1e-4)
     want = reference_greedy(model, prompt.tolist(), 32)
     got = [int(got_logits[-1].argmax())]
     while len(got) < 32:
