@@ -129,17 +129,29 @@ def kernel_table(replay, device, replays: int = 20) -> dict:
 
 
 def add_runtime_switches(parser, before_help: str | None = None) -> None:
-    """--sdpa (SDPA over the masked cache instead of the Triton decode attention) and, with a
-    help text, --before (the static runtime as before 2026-12-05)."""
+    """--sdpa (SDPA over the masked cache instead of the Triton decode attention),
+    --kernels-in-compile, --compile-regen, --sync-regen and, with a help text, --before (the
+    static runtime as before 2026-12-05)."""
     sdpa = "SDPA over the masked cache, not the Triton decode attention"
     parser.add_argument("--sdpa", action="store_true", help=sdpa)
+    inside = "the Triton ops inside torch.compile'd steps too (unverified on a GPU)"
+    parser.add_argument("--kernels-in-compile", action="store_true", help=inside)
+    regen = "regeneration replays a torch.compile'd step (unverified on a GPU)"
+    parser.add_argument("--compile-regen", action="store_true", help=regen)
+    sync = "regeneration reads each step's tokens before launching the next (as before 2026-12-05)"
+    parser.add_argument("--sync-regen", action="store_true", help=sync)
     if before_help:
         parser.add_argument("--before", action="store_true", help=before_help)
 
 
 def apply_runtime_switches(args, before: bool = False) -> None:
-    """StaticDecoders built from now on follow --sdpa and `before` (which implies SDPA)."""
+    """StaticDecoders and Regenerators built from now on follow the switches; `before` implies
+    SDPA."""
+    from splitserve.target.runtime.regen import Regenerator
     from splitserve.target.runtime.static_model import StaticDecoder
 
     StaticDecoder.use_decode_kernel = not args.sdpa
+    StaticDecoder.kernels_in_compile = args.kernels_in_compile
+    Regenerator.compile_step = args.compile_regen
+    Regenerator.one_ahead = not args.sync_regen
     StaticDecoder.set_before(before)

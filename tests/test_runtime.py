@@ -213,6 +213,36 @@ def test_regeneration_with_refill_captures_what_a_forward_over_the_answer_gives(
         torch.testing.assert_close(d.final, hs[3][0], atol=1e-6, rtol=0)
 
 
+@pytest.mark.parametrize("compile_step", [False, pytest.param(True, marks=pytest.mark.slow)])
+def test_reading_one_step_late_keeps_the_schedule_and_every_state(compile_step, monkeypatch):
+    """Answers ending at the cache's last position (prompt + budget = max_len), some at their
+    first token, through two slots: reading each step's tokens after launching the next gives
+    the synchronous loop's results, bit for bit, in as many steps and prefills (the same
+    schedule), and every stored state equals one forward over prompt + answer; the same with a
+    compiled step."""
+    from splitserve.target.runtime.regen import Regenerator, Request
+
+    monkeypatch.setattr(Regenerator, "compile_step", compile_step)
+    model = tiny(num_hidden_layers=2)
+    g = torch.Generator().manual_seed(5)
+    shapes = [(14, 10), (4, 20), (20, 4), (6, 3), (23, 1), (9, 1), (5, 7)]
+    requests = [Request(torch.randint(0, 100, (n,), generator=g), b, seed=0) for n, b in shapes]
+    runs = {}
+    for late in (True, False):
+        monkeypatch.setattr(Regenerator, "one_ahead", late)
+        engine = Regenerator(model, [0, 1], slots=2, max_len=24, eos=(), nucleus=False)
+        runs[late] = engine.run(requests), (engine.steps, engine.prefills)
+    assert runs[True][1] == runs[False][1]
+    for late, sync, (n, b) in zip(runs[True][0], runs[False][0], shapes, strict=True):
+        assert late.ids.numel() == n + b and torch.equal(late.ids, sync.ids)
+        assert torch.equal(late.aux, sync.aux) and torch.equal(late.final, sync.final)
+        with torch.no_grad():
+            ref = model(late.ids[None], output_hidden_states=True)
+        assert torch.equal(ref.logits[0, n - 1 : -1].argmax(-1), late.ids[n:])
+        torch.testing.assert_close(late.aux[:, :32], ref.hidden_states[1][0])
+        torch.testing.assert_close(late.final, ref.hidden_states[2][0], atol=1e-6, rtol=0)
+
+
 def test_regeneration_reads_its_requests_lazily_with_the_same_schedule():
     """A generator of requests (what the static backend hands over: one stream over a worker's
     samples) is read a few beyond the free slots at a time, and gives the list's results in the

@@ -5,11 +5,17 @@ and yields each result as it finishes (`run` collects them in request order).
 Every step is one forward of the whole batch at width 1 (one CUDA-graph replay on a GPU) that
 feeds each row its newest token at that row's own position, writes the draft's target layers and
 the final normed state of that position into per-row buffers, and samples each row's next token
-on the device (sampling.sample_rows: per-row seed, temperature and top_p). The host reads the
-emitted tokens once per step; a row whose sequence ended (EOS or its budget) is fed its last
-token once more (so that position's states are captured too), handed back, and its slot refilled
-from the queue: free slots are refilled together, once 1/16 of them are free, by one eager
-prefill forward of their prompts (one forward per prompt would cost more than the steps).
+on the device (sampling.sample_rows: per-row seed, temperature and top_p). A row whose sequence
+ended (EOS or its budget) is fed its last token once more (so that position's states are
+captured too), handed back once that step is launched, and its slot refilled from the queue:
+free slots are refilled together, once 1/16 of them are free, by one eager prefill forward of
+their prompts (one forward per prompt would cost more than the steps).
+
+The host reads each step's tokens once, one step late (`one_ahead`): step j+1 (whose input, step
+j's tokens, is already on the device) is launched before the host waits for step j's, so the
+host's bookkeeping and the consumer's work overlap a running step rather than leave the GPU idle
+between steps (a refill still waits: it reads its rows' first tokens at once). The schedule
+(which row takes which request, before which step) is the same either way.
 
 So the hidden states come from the generating forwards themselves: no padding (rows never share
 positions), no second capture forward, and a sample's tokens depend only on its own seed and
@@ -24,7 +30,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .graphs import capture
+from .graphs import capture, compiled
 from .sampling import sample_rows
 from .static_model import StaticDecoder
 
@@ -50,11 +56,19 @@ class Generated:
 class _Row:
     index: int
     request: Request
+    first_step: int  # the first step that feeds it: earlier steps' tokens are not its
     response: list[int] = field(default_factory=list)
-    finishing: bool = False  # its last token is fed in the next step, then it is handed back
+    finishing: bool = False  # its last token is fed by step `last_step`, then it is handed back
+    last_step: int = -1
 
 
 class Regenerator:
+    # read each step's tokens after launching the next (benchmarks: --sync-regen turns it off)
+    one_ahead = True
+    # capture a torch.compile'd step (fused elementwise kernels; one compilation on the first
+    # capture): off until timed on a GPU (benchmarks: --compile-regen)
+    compile_step = False
+
     def __init__(
         self,
         model,
@@ -86,9 +100,10 @@ class Regenerator:
         self.refill_group = max(1, slots // 16)
         self.steps = self.prefills = 0  # counters, for benchmarks
         self.graph = None
+        self._run = compiled(self._step, 1) if self.compile_step else self._step
         if graphs if graphs is not None else dev.type == "cuda":
             # every row idle at position 0: the warm-up steps write only what a prefill overwrites
-            self.graph, self.emitted = capture(self._step, dev)
+            self.graph, self.emitted = capture(self._run, dev)
             self.ids.zero_()
             self.pos.zero_()
 
@@ -108,9 +123,27 @@ class Regenerator:
     def step(self) -> torch.Tensor:
         self.steps += 1
         if self.graph is None:
-            return self._step()
+            return self._run()
         self.graph.replay()
         return self.emitted
+
+    def _launch(self) -> tuple[torch.Tensor, torch.cuda.Event | None]:
+        """Run the next step and start copying its tokens to the host (pinned memory, behind the
+        step on its device's stream, whichever device is current); `_read` waits for them."""
+        if self.device.type != "cuda":
+            return self.step(), None  # the step ran synchronously
+        with torch.cuda.device(self.device):
+            host = self.step().to("cpu", non_blocking=True)
+            done = torch.cuda.Event()
+            done.record()
+        return host, done
+
+    @staticmethod
+    def _read(launched: tuple[torch.Tensor, torch.cuda.Event | None]) -> list[int]:
+        host, done = launched
+        if done is not None:
+            done.synchronize()  # that step and its copy only: a step launched after runs on
+        return host.tolist()
 
     @torch.no_grad()
     def prefill(self, slots: list[int], prompts: list[torch.Tensor]) -> torch.Tensor:
@@ -177,7 +210,16 @@ class Regenerator:
                 queue.append(item)
 
         rows: list[_Row | None] = [None] * self.slots
+        ahead = None  # one_ahead: the step launched and not yet read (its index, its tokens)
         while True:
+            # hand back the rows whose last token's step is launched (their states are queued
+            # before anything a later step or a refill writes)
+            finished = []
+            for s, row in enumerate(rows):
+                if row is not None and row.finishing and row.last_step < self.steps:
+                    finished.append((row.index, self._hand_back(s, row)))
+                    rows[s] = None
+            yield from finished
             free = [s for s, row in enumerate(rows) if row is None]
             fill(max(len(free), self.refill_group))
             if not queue and not any(rows):
@@ -192,17 +234,16 @@ class Regenerator:
                     for s, row in zip(taken, self._start(taken, starts), strict=True):
                         rows[s] = row
             with torch.no_grad():
-                emitted = self.step().tolist()  # the one host read of a step
-            finished = []
+                launched = (self.steps, self._launch())
+            if self.one_ahead:
+                ahead, launched = launched, ahead
+                if launched is None:
+                    continue  # the first step: nothing to read yet
+            index, tokens = launched
+            emitted = self._read(tokens)  # the one host read of a step
             for s, row in enumerate(rows):
-                if row is None:
-                    continue
-                if row.finishing:
-                    finished.append((row.index, self._hand_back(s, row)))
-                    rows[s] = None
-                else:
-                    self._take(row, emitted[s])
-            yield from finished
+                if row is not None and not row.finishing and row.first_step <= index:
+                    self._take(row, emitted[s], index)
 
     def _start(self, slots: list[int], starts: list[tuple[int, Request]]) -> list[_Row]:
         """Prefill the requests into `slots`, sample each one's first token, arm the rows."""
@@ -220,14 +261,18 @@ class Regenerator:
         self.ids[idx, 0], self.pos[idx, 0] = first, lens
         armed = []
         for (index, r), token in zip(starts, first.tolist(), strict=True):
-            row = _Row(index, r)
-            self._take(row, token)
+            row = _Row(index, r, first_step=self.steps)  # the next step launched feeds it
+            self._take(row, token, self.steps - 1)
             armed.append(row)
         return armed
 
-    def _take(self, row: _Row, token: int) -> None:
+    def _take(self, row: _Row, token: int, step: int) -> None:
+        """`token` (sampled by `step`, or by the prefill before the row's first step) is the
+        row's next; the step after feeds it."""
         row.response.append(token)
         row.finishing = token in self.eos or len(row.response) >= row.request.budget
+        if row.finishing:
+            row.last_step = step + 1
 
     def _hand_back(self, s: int, row: _Row) -> Generated:
         p = row.request.prompt.numel()

@@ -84,6 +84,10 @@ class StaticDecoder(nn.Module):
     # attention_kernels at decode and verify steps on CUDA (tests/test_gpu_attention.py passed
     # on one H200, 2026-12-05); off: SDPA over the masked cache (set_before)
     use_decode_kernel = True
+    # the two Triton ops inside torch.compile'd steps too (registered custom ops, which compile
+    # traces whole): off until a compiled step with them has run and been timed on a GPU
+    # (benchmarks: --kernels-in-compile)
+    kernels_in_compile = False
 
     @classmethod
     def set_before(cls, before: bool) -> None:
@@ -249,13 +253,13 @@ class StaticDecoder(nn.Module):
             rope[key] = cos[:, :, None, :], sin[:, :, None, :]
         # additive masks, one per window size, made once a forward; a fresh prefill needs one
         # only where a window is shorter than the call
-        # a decode or verify step on CUDA: the Triton kernel reads each row's real context (not
-        # under torch.compile until a compiled step with it has run on a device)
+        # a decode or verify step on CUDA: the Triton kernel reads each row's real context (under
+        # torch.compile only with kernels_in_compile)
         kernel = (
             self.decode_kernel
             and not fresh
             and w * self.heads // self.kv_heads <= attention_kernels.max_rows(self.head_dim)
-            and not torch.compiler.is_compiling()
+            and (self.kernels_in_compile or not torch.compiler.is_compiling())
         )
         masks = {}
         for win in {p["window"] for p in self.layers} if not kernel else ():
@@ -352,11 +356,11 @@ class StaticDecoder(nn.Module):
         if moe["renorm"]:
             weight = weight / weight.sum(dim=-1, keepdim=True)
         weight = weight.to(h.dtype)
-        # (not under torch.compile until a compiled step with it has run on a device)
+        # (under torch.compile only with kernels_in_compile)
         if (
             self.pair_gemv
             and expert.numel() <= moe_kernels.MAX_PAIRS
-            and not torch.compiler.is_compiling()
+            and (self.kernels_in_compile or not torch.compiler.is_compiling())
         ):
             out = moe_kernels.routed_mlp(t, moe["gate_up"], moe["down"], expert, weight, p["act"])
             return out.reshape(shape)
