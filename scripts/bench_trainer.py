@@ -145,13 +145,16 @@ def phases(trainer, samples, ids, device) -> dict:
     return {k: round(1000 * v, 2) for k, v in out.items()}
 
 
-def optimizer_kernels(trainer, samples, ids, top: int = 8) -> list[dict]:
+def optimizer_kernels(trainer, samples, ids, accum: int = 1, top: int = 8) -> list[dict]:
     """The optimizer step's heaviest operators (self time on the device; on CPU, the host's),
-    from one profiled step."""
+    from one profiled step (the last of `accum` micro-batches of `samples`, where it updates)."""
     from torch.profiler import ProfilerActivity, profile
 
-    res = trainer._loss(trainer._pack(samples, ids), None)
-    trainer.engine.backward(res.loss)
+    for i in range(accum):
+        res = trainer._loss(trainer._pack(samples, ids), None)
+        trainer.engine.backward(res.loss)
+        if i < accum - 1:
+            trainer.engine.step()  # accumulates only
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
     with profile(activities=acts) as prof:
         trainer.engine.step()
@@ -164,7 +167,8 @@ def optimizer_kernels(trainer, samples, ids, top: int = 8) -> list[dict]:
     ]
 
 
-def measure(name, seq, block, precision, zero, args, device, dtype, peak) -> dict:
+def measure(name, seq, block, precision, zero, accum, args, device, dtype, peak) -> dict:
+    """One configuration: `accum` micro-batches of args.micro_batch samples per optimizer step."""
     from splitserve.trainer import DraftTrainer
 
     spec = spec_of(name, args.tiny)
@@ -179,7 +183,7 @@ def measure(name, seq, block, precision, zero, args, device, dtype, peak) -> dic
     cfg = TrainConfig(
         steps=args.steps + 2,
         micro_batch=args.micro_batch,
-        grad_accum=1,
+        grad_accum=accum,
         num_anchors=args.anchors,
         warmup_steps=1,
         zero_stage=zero,
@@ -189,10 +193,11 @@ def measure(name, seq, block, precision, zero, args, device, dtype, peak) -> dic
         torch.cuda.reset_peak_memory_stats(device)
         before = torch.cuda.memory_allocated(device)
     trainer = DraftTrainer(draft_cfg, spec, head, cfg, device=device, dp_world=1)
-    samples = synthetic_samples(args.micro_batch, seq, spec, layers, device, dtype, seed=1)
-    ids = list(range(args.micro_batch))
-    batch = trainer._pack(samples, ids)
-    flops = model_flops(trainer.draft, batch) / args.micro_batch
+    per_step = args.micro_batch * accum  # samples an optimizer step takes
+    samples = synthetic_samples(per_step, seq, spec, layers, device, dtype, seed=1)
+    ids = list(range(per_step))
+    b = args.micro_batch  # every micro-batch has the same shapes: count the first
+    flops = model_flops(trainer.draft, trainer._pack(samples[:b], ids[:b])) / b
     step_s = timed(lambda: trainer.train_step(samples, ids), args.steps, device)
     split = phases(trainer, samples, ids, device)
     out = {
@@ -203,24 +208,25 @@ def measure(name, seq, block, precision, zero, args, device, dtype, peak) -> dic
         "zero_stage": zero,
         "optimizer": type(trainer.engine.optimizer).__name__,
         "micro_batch": args.micro_batch,
+        "grad_accum": accum,
         "anchors": args.anchors,
         "draft_params_m": round(sum(p.numel() for p in trainer.draft.parameters()) / 1e6, 1),
         "tflop_per_sample": round(flops / 1e12, 4),
         "step_ms": round(1000 * step_s, 2),
-        "samples_per_s": round(args.micro_batch / step_s, 3),
-        "tokens_per_s": round(args.micro_batch * seq / step_s, 1),
-        "mfu": round(flops * args.micro_batch / step_s / peak, 4),
+        "samples_per_s": round(per_step / step_s, 3),
+        "tokens_per_s": round(per_step * seq / step_s, 1),
+        "mfu": round(flops * per_step / step_s / peak, 4),
         "phases_ms": split,
         "phases_sum_over_step": round(sum(split.values()) / (1000 * step_s), 3),
     }
     if args.profile_optimizer:
-        out["optimizer_kernels"] = optimizer_kernels(trainer, samples, ids)
+        out["optimizer_kernels"] = optimizer_kernels(trainer, samples[:b], ids[:b], accum)
     if device.type == "cuda":
         out["peak_gb"] = round(torch.cuda.max_memory_allocated(device) / 1e9, 2)
         out["held_before_gb"] = round(before / 1e9, 2)  # left by earlier shapes (should be ~0)
     trainer.engine.destroy()  # DeepSpeed's hook registry would keep the engine (and its GPU
     # memory) alive after this function returns
-    print(f"{name} s{seq} b{block} {precision} z{zero}: {out['samples_per_s']} samples/s, "
+    print(f"{name} s{seq} b{block} {precision} z{zero} a{accum}: {out['samples_per_s']} samples/s, "
           f"MFU {out['mfu']:.3f}, {out['tflop_per_sample']} TFLOP/sample", flush=True)  # fmt: skip
     return out
 
@@ -235,6 +241,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--anchors", type=int, default=512, help="anchors per sample")
     ap.add_argument("--markov-rank", type=int, default=256)
     ap.add_argument("--micro-batch", type=int, default=1)
+    ap.add_argument("--grad-accums", default="1",
+                    help="micro-batches per optimizer step (train.grad_accum): the optimizer's "
+                         "cost spread over more samples")  # fmt: skip
     ap.add_argument("--zero-stages", default="1", help="ZeRO stages (train.zero_stage)")
     ap.add_argument("--precisions", default="bf16", help="train.precision: bf16, amp")
     ap.add_argument("--steps", type=int, default=6, help="timed steps (after two warm-up)")
@@ -267,15 +276,17 @@ def main(argv: list[str] | None = None) -> int:
     }
     for name in args.shapes.split(","):
         for seq in (int(x) for x in args.seq.split(",")):
-            for block, precision, zero in itertools.product(
+            for block, precision, zero, accum in itertools.product(
                 (int(x) for x in args.blocks.split(",")),
                 args.precisions.split(","),
                 (int(x) for x in args.zero_stages.split(",")),
+                (int(x) for x in args.grad_accums.split(",")),
             ):
                 key = f"{name}_s{seq}_b{block}_{precision}_z{zero}"
+                key += f"_a{accum}" if accum != 1 else ""  # one micro-batch a step: keys as before
                 try:
                     report["trainer"][key] = measure(
-                        name, seq, block, precision, zero, args, device, dtype, peak
+                        name, seq, block, precision, zero, accum, args, device, dtype, peak
                     )
                 except torch.OutOfMemoryError as exc:
                     report["trainer"][key] = {"error": f"out of memory: {str(exc)[:200]}"}

@@ -1,0 +1,28 @@
+"""scripts/bench_trainer.py on CPU at shrunk shapes (--tiny): the real trainer (DeepSpeed, gloo)
+on synthetic target states, one report row per configuration, optimizer steps of one and of two
+micro-batches."""
+
+import json
+
+import pytest
+from conftest import run_script
+
+
+@pytest.mark.slow
+def test_the_trainer_benchmark_reports_each_accumulation_beside_the_other(tmp_path):
+    out = tmp_path / "trainer.json"
+    run_script("bench_trainer.py", "--out", str(out), "--tiny", "--shapes", "smollm2",
+               "--seq", "128", "--blocks", "4", "--anchors", "8", "--steps", "1",
+               "--grad-accums", "1,2", "--profile-optimizer")  # fmt: skip
+    report = json.loads(out.read_text())
+    one, two = (
+        report["trainer"]["smollm2_s128_b4_bf16_z1"],
+        report["trainer"]["smollm2_s128_b4_bf16_z1_a2"],
+    )
+    assert (one["grad_accum"], two["grad_accum"]) == (1, 2)
+    assert one["tflop_per_sample"] == two["tflop_per_sample"] > 0  # per sample, either way
+    for row in (one, two):
+        assert row["samples_per_s"] > 0 and 0 < row["mfu"] < 1 and row["optimizer_kernels"]
+        assert all(v > 0 for v in row["phases_ms"].values())
+    assert report["best"]["smollm2"]["config"] in report["trainer"]
+    assert "--grad-accums 1,2" in report["command"]
