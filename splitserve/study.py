@@ -191,6 +191,24 @@ class Study:
 
     # -- training ----------------------------------------------------------------------------
 
+    def check_jobs(self) -> None:
+        """Refuse a job whose run directory was made with other overrides: studies that share a
+        work dir (and its baseline `dspark`) must mean one draft by one job name."""
+        from omegaconf import OmegaConf
+
+        for job in self.cfg.jobs:
+            saved = self.run_dir(job) / ".hydra" / "overrides.yaml"
+            if not saved.is_file():
+                continue
+            made = list(OmegaConf.load(saved))
+            if made != self.train_overrides(job):
+                differ = sorted(set(made) ^ set(self.train_overrides(job)))
+                raise ValueError(
+                    f"job {job!r}: {self.run_dir(job)} was trained with other overrides "
+                    f"(differing: {differ}); another study shares this work_dir with a job of "
+                    "that name: rename one of the jobs"
+                )
+
     def run_dir(self, job: str) -> Path:
         return self.work / "runs" / job
 
@@ -382,6 +400,7 @@ def execute(study: Study, command: str) -> int:
     share one: two studies at once would write the same runs); the first failure or Ctrl-C stops
     the study and says how to continue (the same command)."""
     study.check_regen()
+    study.check_jobs()
     study.work.mkdir(parents=True, exist_ok=True)
     with (study.work / ".lock").open("w") as lock:
         try:
@@ -437,6 +456,7 @@ def main(node: DictConfig) -> None:
     try:
         if cfg.dry_run:
             study.check_regen()
+            study.check_jobs()
             print_plan(study.plan())
             return
         rc = execute(study, command_line())

@@ -33,8 +33,9 @@ def study_config(overrides: list[str]) -> StudyConfig:
 def test_every_experiment_composes_and_validates(name):
     cfg = study_config([f"+experiment={name}"])
     assert cfg.results_dir == f"docs/results/{cfg.name}"
-    # under studies/<name>/ (a study of one of several targets keeps its own regenerated data)
-    assert cfg.work_dir.startswith(f"studies/{cfg.name}/")
+    # under studies/<name>/ (a study of one of several targets keeps its own regenerated data),
+    # or the SmolLM2 studies' shared one at 30,000
+    assert cfg.work_dir.startswith((f"studies/{cfg.name}/", "studies/smol/"))
     assert cfg.work_dir.endswith(f"/{cfg.samples}")
     plan = Study(cfg).plan()
     trains = [s.name for s in plan if s.name.startswith("train")]
@@ -42,16 +43,26 @@ def test_every_experiment_composes_and_validates(name):
     assert all(len(o.split("=", 1)) == 2 for j in cfg.jobs.values() for o in j)
 
 
-def test_the_ablation_axes_share_one_file_and_one_baseline():
-    axes = [study_config([f"+experiment={n}"]) for n in EXPERIMENTS if n.startswith("ablation_")]
-    assert len(axes) == 5
-    assert {c.work_dir for c in axes} == {"studies/ablations_h200/110000"}
-    assert {c.table for c in axes} == {"layers", "rope", "attention", "block", "confidence"}
-    # each starts from the default draft, and they can share the file (one manifest)
-    assert all(not any(o.startswith("draft.") for o in next(iter(c.jobs.values()))) for c in axes)
-    assert {tuple(c.common) for c in axes} == {("log.wandb_mode=disabled",)}
-    # every axis but the calibrated one compares against the same trained baseline run
-    assert sum(next(iter(c.jobs)) == "dspark" for c in axes) == 4
+def test_studies_sharing_a_work_dir_share_its_file_and_baseline():
+    cfgs = [study_config([f"+experiment={n}"]) for n in EXPERIMENTS]
+    groups: dict[str, list[StudyConfig]] = {}
+    for c in cfgs:
+        groups.setdefault(c.work_dir, []).append(c)
+    shared = {w: sorted(c.table for c in g) for w, g in groups.items() if len(g) > 1}
+    assert shared == {
+        "studies/ablations_h200/110000": ["attention", "block", "layers", "rope"],
+        "studies/smol/30000": ["confidence", "smollm2", "vocab"],
+    }
+    for group in (groups[w] for w in shared):
+        # one regenerated file: one manifest
+        assert (
+            len({(c.recipe, c.samples, tuple(c.common), tuple(c.regen_extra)) for c in group}) == 1
+        )
+        # every study starts from the default draft, the one baseline job all of them share
+        assert all(next(iter(c.jobs.items())) == ("dspark", []) for c in group)
+        # a job name means one draft in a shared work dir (Study.check_jobs refuses otherwise)
+        seen: dict[str, list[str]] = {}
+        assert all(seen.setdefault(j, o) == o for c in group for j, o in c.jobs.items())
 
 
 def _tiny(tmp_path, **extra) -> StudyConfig:
@@ -176,7 +187,7 @@ def test_no_experiment_is_refused_by_name(tmp_path):
     assert "study name is empty: choose an experiment (+experiment=NAME)" in proc.stderr
 
 
-def _study(tmp_path, *extra: str) -> subprocess.CompletedProcess:
+def _study(tmp_path, *extra: str, one: str = "draft.num_layers=1") -> subprocess.CompletedProcess:
     argv = [
         sys.executable, "-m", "splitserve.study",
         "name=t", "table=axis", "recipe=smol",
@@ -184,7 +195,7 @@ def _study(tmp_path, *extra: str) -> subprocess.CompletedProcess:
         "samples=4", "micro_batch=2", "eval_prompts=1", "regen_part=10",
         "common=['log.wandb_mode=disabled','log.progress=false','target.max_new_tokens=6',"
         "'train.num_anchors=8','train.decode_eval_prompts=0','data.max_length=96']",
-        "jobs={base:[],one:['draft.num_layers=1']}",
+        f"jobs={{base:[],one:['{one}']}}",
         "evaluate.benches=[gsm8k]", "evaluate.limit=1", "evaluate.max_new_tokens=6",
         "evaluate.batch=1", *extra,
     ]  # fmt: skip
@@ -218,6 +229,12 @@ def test_a_study_runs_end_to_end_and_resumes(tmp_path):
     again = json.loads((tmp_path / "results" / "results.json").read_text())
     assert again["tables"]["other"] == {"kept": True}
     assert again["tables"]["axis_4"]["by_temperature"]["0"]["jobs"][1]["job"] == "one"
+
+    # (the reruns passed the check of each trained job's saved overrides) another study in this
+    # work dir meaning another draft by the job name `one` is refused, nothing run
+    proc = _study(tmp_path, one="draft.num_layers=2")
+    assert proc.returncode == 2 and "job 'one'" in proc.stderr
+    assert "trained with other overrides" in proc.stderr and "draft.num_layers=2" in proc.stderr
 
 
 @pytest.mark.slow
