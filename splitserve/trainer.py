@@ -202,7 +202,7 @@ class DraftTrainer:
         tokens = blocks = empty = 0
         gamma = self.draft_cfg.block_size
         count, c_star_sum, top1_sum = (torch.zeros(gamma, dtype=torch.float64) for _ in range(3))
-        taus = []
+        taus, done = [], []
         for i in range(0, len(samples), b):
             with record_function("splitserve.pack"):
                 batch = self._pack(samples[i : i + b], sample_ids[i : i + b])
@@ -218,11 +218,15 @@ class DraftTrainer:
                 self.engine.backward(res.loss)
             with record_function("splitserve.optimizer_step"):
                 self.engine.step()
+            tokens += sum(int(s.input_ids.numel()) for s in samples[i : i + b])
+            blocks += batch.num_blocks
+            done.append(res)
+        # the host reads the metrics only now: every micro-batch was packed and queued without
+        # waiting for the device (a read waits for all queued work)
+        for res in done:
             totals["loss"] += res.loss.item() / self.cfg.grad_accum
             for k in ("ce", "distill", "conf"):
                 totals[k] += res.parts[k] / self.cfg.grad_accum
-            tokens += sum(int(s.input_ids.numel()) for s in samples[i : i + b])
-            blocks += batch.num_blocks
             w = torch.tensor(res.count, dtype=torch.float64)
             count += w
             c_star_sum += w * torch.tensor(res.c_star, dtype=torch.float64)

@@ -88,3 +88,46 @@ def test_two_trainers_with_b_each_equal_one_trainer_with_2b(tmp_path):
     for name, g in one["grads"].items():
         for r in two:  # DeepSpeed's averaged gradient, identical on both ranks
             torch.testing.assert_close(r["grads"][name], g, rtol=1e-4, atol=1e-7)
+
+
+def _accumulate(rank: int, port: int, out: str) -> None:
+    """One rank, micro-batch 1, two micro-batches a step: the metrics train_step reports against
+    each micro-batch's loss computed beforehand with the same (not yet updated) weights."""
+    from splitserve.trainer import DraftTrainer
+
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", WORLD_SIZE="1", LOCAL_RANK="0"
+    )
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=0, world_size=1)
+    cfg = TrainConfig(steps=1, micro_batch=1, grad_accum=2, num_anchors=64, warmup_steps=1)
+    trainer = DraftTrainer(
+        tiny_config(), tiny_target(), tiny_head(), cfg, device=torch.device("cpu"), dp_world=1
+    )
+    samples = [random_sample(n, seed=i, assistant_from=a) for i, (n, a) in enumerate(SAMPLES)]
+    with torch.no_grad():
+        each = []
+        for i in (0, 2):
+            batch = trainer._pack([samples[i]], [i])
+            res = trainer._loss(batch, trainer._global_weight_total(batch))
+            each.append((res.loss.item(), res.parts, res.count, res.c_star))
+    metrics = trainer.train_step([samples[0], samples[2]], [0, 2])
+    torch.save({"each": each, "metrics": metrics}, out)
+    dist.destroy_process_group()
+
+
+def test_an_accumulated_step_reports_its_micro_batches_together(tmp_path):
+    """With the metrics read once after every micro-batch is queued: the loss and its parts are
+    the micro-batches' mean, c* their count-weighted mean."""
+    out = str(tmp_path / "accum.pt")
+    mp.start_processes(_accumulate, args=(_free_port(), out), nprocs=1, start_method="spawn")
+    got = torch.load(out)
+    each, metrics = got["each"], got["metrics"]
+    assert metrics["loss"] == pytest.approx(sum(e[0] for e in each) / 2, rel=1e-6)
+    for k in ("ce", "distill", "conf"):
+        assert metrics[k] == pytest.approx(sum(e[1][k] for e in each) / 2, rel=1e-6)
+    count = torch.tensor([e[2] for e in each], dtype=torch.float64)
+    c_star = (count * torch.tensor([e[3] for e in each], dtype=torch.float64)).sum(0)
+    want = (c_star / count.sum(0).clamp(min=1)).tolist()
+    assert metrics["c_star"] == pytest.approx(want, rel=1e-9)
+    assert each[0][0] != pytest.approx(each[1][0], rel=1e-3)  # the micro-batches did differ
