@@ -7,7 +7,8 @@ No target model is needed: a step's cost depends on the shapes of what the targe
 chosen layers' states [L, m*H] and final normed states [L, H], random here) and of its frozen
 embedding and LM head (random, [V, H]), not on their values. Per (shape, sequence length, block
 size): the real trainer (splitserve.trainer.DraftTrainer: DeepSpeed, the chunked loss, the
-configured ZeRO stage) takes --steps optimizer steps of --micro-batch samples of --seq tokens
+configured ZeRO stage) takes --steps optimizer steps of --grad-accums micro-batches of
+--micro-batch samples of --seq tokens
 (the last 3/4 of each an answer), and the script reports:
 - model FLOPs per sample, counted from the packed batch's shapes: the fusion layer over every
   context token, each draft layer's k/v projections over context and block tokens and its
@@ -212,6 +213,7 @@ def measure(name, seq, block, precision, zero, accum, args, device, dtype, peak)
         "anchors": args.anchors,
         "draft_params_m": round(sum(p.numel() for p in trainer.draft.parameters()) / 1e6, 1),
         "tflop_per_sample": round(flops / 1e12, 4),
+        "flop_per_sample": float(f"{flops:.6g}"),
         "step_ms": round(1000 * step_s, 2),
         "samples_per_s": round(per_step / step_s, 3),
         "tokens_per_s": round(per_step * seq / step_s, 1),
@@ -259,6 +261,9 @@ def main(argv: list[str] | None = None) -> int:
     bad = [p for p in args.precisions.split(",") if p not in PRECISIONS]
     if bad:
         ap.error(f"--precisions: unknown {', '.join(bad)}; known: {', '.join(PRECISIONS)}")
+    accums = args.grad_accums.split(",")
+    if not all(a.isdigit() and int(a) >= 1 for a in accums):
+        ap.error(f"--grad-accums: whole numbers >= 1, comma-separated; got {args.grad_accums!r}")
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")

@@ -3,9 +3,11 @@ on synthetic target states, one report row per configuration, optimizer steps of
 micro-batches."""
 
 import json
+import subprocess
+import sys
 
 import pytest
-from conftest import run_script
+from conftest import ROOT, run_script
 
 
 @pytest.mark.slow
@@ -20,9 +22,16 @@ def test_the_trainer_benchmark_reports_each_accumulation_beside_the_other(tmp_pa
         report["trainer"]["smollm2_s128_b4_bf16_z1_a2"],
     )
     assert (one["grad_accum"], two["grad_accum"]) == (1, 2)
-    assert one["tflop_per_sample"] == two["tflop_per_sample"] > 0  # per sample, either way
+    assert one["flop_per_sample"] == two["flop_per_sample"] > 0  # per sample, either way
     for row in (one, two):
         assert row["samples_per_s"] > 0 and 0 < row["mfu"] < 1 and row["optimizer_kernels"]
         assert all(v > 0 for v in row["phases_ms"].values())
     assert report["best"]["smollm2"]["config"] in report["trainer"]
     assert "--grad-accums 1,2" in report["command"]
+
+
+def test_a_bad_accumulation_is_named(tmp_path):
+    script = str(ROOT / "scripts" / "bench_trainer.py")
+    argv = [sys.executable, script, "--out", str(tmp_path / "x"), "--grad-accums", "1,0"]
+    proc = subprocess.run(argv, capture_output=True, text=True)
+    assert proc.returncode == 2 and "--grad-accums: whole numbers >= 1" in proc.stderr

@@ -41,8 +41,9 @@ def reference(q, kc, vc, rows, pos, scale, window):
         (5, 1, 9, 3, 64, 1025, 0),  # SmolLM2's heads
         (2, 8, 8, 4, 256, 700, 100),  # Gemma's head dim, a sliding window
         (1, 16, 16, 4, 256, 300, 0),  # head dim 256 at its most rows (64)
-        # a regeneration batch: one split per program (minutes interpreted)
+        # a regeneration batch: one split per program (minutes interpreted; below, its small kin)
         pytest.param(256, 1, 32, 8, 128, 1025, 0, marks=on_gpu_only),
+        (36, 1, 8, 8, 32, 70, 0),  # 36 rows x 8 key heads >= 264 programs: one split each
     ],
 )
 def test_decode_attention_equals_fp32(rows, width, heads, kv_heads, dim, length, window):

@@ -15,7 +15,7 @@ from conftest import ROOT
 KERNEL_TESTS = {  # file: tests that run interpreted (the rest need CUDA graphs or compile)
     # every case of the kernel against fp32 but 256 rows; the static runtime of 5 families
     # with the kernel against SDPA
-    "tests/test_gpu_attention.py": 7 + 5,
+    "tests/test_gpu_attention.py": 8 + 5,
     # the pair GEMV against fp32 at 1, 8 and 16 tokens; a Qwen3-MoE runtime with and without it
     "tests/test_gpu_moe.py": 3 + 1,
 }
