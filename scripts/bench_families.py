@@ -245,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tiny", action="store_true", help="shrunk shapes (a CPU smoke run)")
     ap.add_argument("--identical", action="store_true", help="the CPU fp32 tests alone")
     ap.add_argument("--profile", action="store_true", help="list the narrowest step's kernels")
-    add_runtime_switches(ap, "the runtime as before 2026-12-05 (StaticDecoder.set_before): "
+    add_runtime_switches(ap, "the runtime as before 2026-12-05 (benchlib.apply_runtime_switches): "
                          "modes graphed_before / compiled_before")  # fmt: skip
     args = ap.parse_args(argv)
     apply_runtime_switches(args, args.before)

@@ -120,7 +120,7 @@ def main(argv=None) -> None:
     p.add_argument("--layer-ids", default="1,15,28", help="captured target layers")
     p.add_argument("--profile", action="store_true",
                    help="static: time the step graph alone and list its kernels")  # fmt: skip
-    add_runtime_switches(p, "static: the runtime as before 2026-12-05 (StaticDecoder.set_before)")
+    add_runtime_switches(p, "static: the runtime as before 2026-12-05 (apply_runtime_switches)")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = p.parse_args(argv)
     args.layer_ids = [int(x) for x in args.layer_ids.split(",")]

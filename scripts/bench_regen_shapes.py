@@ -17,7 +17,7 @@ step reads nearly every expert, so that floor is optimistic.
 `--prefill-len N`: teacher forcing's rate too (a target worker given answers, target.regenerate
 =false): groups of --prefill-group random sequences of N tokens prefilled as fresh rows.
 `--profile`: the step graph replayed alone and its largest kernels. `--before`: the same run with
-the runtime as it was before 2026-12-05 (StaticDecoder.set_before):
+the runtime as it was before 2026-12-05 (benchlib.apply_runtime_switches):
 `before_new_tokens_per_s`.
 """
 
@@ -162,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--new", type=int, default=512, help="new tokens per answer")
     ap.add_argument("--samples", type=int, default=512)
     ap.add_argument("--profile", action="store_true", help="the step alone and its kernels")
-    add_runtime_switches(ap, "also as before 2026-12-05 (StaticDecoder.set_before)")
+    add_runtime_switches(ap, "also as before 2026-12-05 (benchlib.apply_runtime_switches)")
     ap.add_argument(
         "--prefill-len",
         type=int,

@@ -146,13 +146,14 @@ def add_runtime_switches(parser, before_help: str | None = None) -> None:
 
 def apply_runtime_switches(args, before: bool = False) -> None:
     """StaticDecoders and Regenerators built from now on follow the switches; `before` is the
-    runtime as before 2026-12-05 whatever the others say (SDPA, no compiled kernels, the
-    synchronous regeneration loop, no compiled regeneration step)."""
+    runtime as before 2026-12-05 whatever the others say (grouped-GEMM experts at every width,
+    SDPA, no compiled kernels, the synchronous regeneration loop, no compiled regeneration
+    step): a same-machine before/after."""
     from splitserve.target.runtime.regen import Regenerator
     from splitserve.target.runtime.static_model import StaticDecoder
 
-    StaticDecoder.use_decode_kernel = not args.sdpa
+    StaticDecoder.use_pair_gemv = not before
+    StaticDecoder.use_decode_kernel = not (args.sdpa or before)
     StaticDecoder.kernels_in_compile = args.kernels_in_compile and not before
     Regenerator.compile_step = args.compile_regen and not before
     Regenerator.one_ahead = not (args.sync_regen or before)
-    StaticDecoder.set_before(before)

@@ -80,22 +80,15 @@ def unsupported_reason(config) -> str | None:
 
 
 class StaticDecoder(nn.Module):
-    use_pair_gemv = True  # see _moe (off: set_before)
+    # Benchmarks' switches (scripts/benchlib.apply_runtime_switches; --before turns both off):
+    use_pair_gemv = True  # see _moe
     # attention_kernels at decode and verify steps on CUDA (tests/test_gpu_attention.py passed
-    # on one H200, 2026-12-05); off: SDPA over the masked cache (set_before)
+    # on one H200, 2026-12-05); off: SDPA over the masked cache
     use_decode_kernel = True
     # the two Triton ops inside torch.compile'd steps too (registered custom ops, which compile
     # traces whole): off until a compiled step with them has run and been timed on a GPU
     # (benchmarks: --kernels-in-compile)
     kernels_in_compile = False
-
-    @classmethod
-    def set_before(cls, before: bool) -> None:
-        """Decoders built from now on run as before 2026-12-05 (grouped-GEMM experts at every
-        width, SDPA attention) or with the width-1 expert GEMV: a same-machine before/after."""
-        cls.use_pair_gemv = not before
-        if before:
-            cls.use_decode_kernel = False
 
     def __init__(
         self,
@@ -253,13 +246,12 @@ class StaticDecoder(nn.Module):
             rope[key] = cos[:, :, None, :], sin[:, :, None, :]
         # additive masks, one per window size, made once a forward; a fresh prefill needs one
         # only where a window is shorter than the call
-        # a decode or verify step on CUDA: the Triton kernel reads each row's real context (under
-        # torch.compile only with kernels_in_compile)
+        # a decode or verify step on CUDA: the Triton kernel reads each row's real context
         kernel = (
             self.decode_kernel
             and not fresh
             and w * self.heads // self.kv_heads <= attention_kernels.max_rows(self.head_dim)
-            and (self.kernels_in_compile or not torch.compiler.is_compiling())
+            and self._triton_here()
         )
         masks = {}
         for win in {p["window"] for p in self.layers} if not kernel else ():
@@ -290,16 +282,15 @@ class StaticDecoder(nn.Module):
                 attn = attention_kernels.decode_attention(
                     q, k_all, v_all, cache_rows[:, 0], pos, self.scale, p["window"], extent
                 ).reshape(b, w, hq * d)
-                out = F.linear(attn, p["o"], p["o_bias"])
-            elif fresh:  # a new row's keys are this call's: causal, no cache read
-                k_seen, v_seen = k.transpose(1, 2), v.transpose(1, 2)
-            elif rows is None:  # attend over views of the rows
-                k_seen, v_seen = k_all[span, :, :extent], v_all[span, :, :extent]
-            else:  # scattered rows: over gathered copies
-                k_seen, v_seen = k_all[rows, :, :extent], v_all[rows, :, :extent]
-            if not kernel:
+            else:
+                if fresh:  # a new row's keys are this call's: causal, no cache read
+                    k_seen, v_seen = k.transpose(1, 2), v.transpose(1, 2)
+                elif rows is None:  # attend over views of the rows
+                    k_seen, v_seen = k_all[span, :, :extent], v_all[span, :, :extent]
+                else:  # scattered rows: over gathered copies
+                    k_seen, v_seen = k_all[rows, :, :extent], v_all[rows, :, :extent]
                 attn = self._attend(q, k_seen, v_seen, masks.get(p["window"]), fresh)
-                out = F.linear(attn, p["o"], p["o_bias"])
+            out = F.linear(attn, p["o"], p["o_bias"])
             x = x + (out if p["attn_out_norm"] is None else self._norm(out, p["attn_out_norm"]))
             h = self._norm(x, p["mlp_in_norm"])
             out = self._moe(h, p) if p["moe"] is not None else self._mlp(h, p)
@@ -315,6 +306,11 @@ class StaticDecoder(nn.Module):
         if self.softcap is not None:  # Gemma: cap * tanh(logits / cap)
             logits = torch.tanh(logits / self.softcap) * self.softcap
         return logits, feats, final
+
+    def _triton_here(self) -> bool:
+        """A Triton op may run in this call: eagerly or in a graph, and inside a torch.compile'd
+        step only with kernels_in_compile."""
+        return self.kernels_in_compile or not torch.compiler.is_compiling()
 
     def _attend(self, q, k, v, mask: torch.Tensor | None, fresh: bool) -> torch.Tensor:
         """Attention of q [B, W, Hq, D] over k, v [B, Hk, L, D] -> [B, W, Hq * D]. (Folding
@@ -356,12 +352,7 @@ class StaticDecoder(nn.Module):
         if moe["renorm"]:
             weight = weight / weight.sum(dim=-1, keepdim=True)
         weight = weight.to(h.dtype)
-        # (under torch.compile only with kernels_in_compile)
-        if (
-            self.pair_gemv
-            and expert.numel() <= moe_kernels.MAX_PAIRS
-            and (self.kernels_in_compile or not torch.compiler.is_compiling())
-        ):
+        if self.pair_gemv and expert.numel() <= moe_kernels.MAX_PAIRS and self._triton_here():
             out = moe_kernels.routed_mlp(t, moe["gate_up"], moe["down"], expert, weight, p["act"])
             return out.reshape(shape)
         if self.grouped:
