@@ -57,7 +57,7 @@ def project(results: dict, gpus: int, shapes: list[str]) -> dict:
             if supply.get(key):
                 row[mode] = {"target_samples_per_s_per_gpu": supply[key]}
                 row[mode].update(best_split(gpus, supply[key], trainer))
-        if len(row) == 3:
+        if not any(mode in row for mode in MODES):
             raise SystemExit(f"no regeneration.{shape} rates ({', '.join(MODES.values())})")
         out[shape] = row
     return out
