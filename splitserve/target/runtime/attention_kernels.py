@@ -67,7 +67,8 @@ def _op():
             kin = kidx < hi
             offs = base + kidx[:, None].to(tl.int64) * sc_l + d[None, :]
             kt = tl.load(kc + offs, mask=kin[:, None], other=0.0)
-            s = tl.dot(qt, tl.trans(kt)) * scale
+            # the cast: inside torch.compile, Inductor passes the Python float `scale` as fp64
+            s = (tl.dot(qt, tl.trans(kt)) * scale).to(tl.float32)
             seen = (kidx[None, :] <= qpos[:, None]) & kin[None, :]
             if WINDOW:
                 seen = seen & (kidx[None, :] > qpos[:, None] - window)

@@ -65,8 +65,9 @@ class _Row:
 class Regenerator:
     # read each step's tokens after launching the next (benchmarks: --sync-regen turns it off)
     one_ahead = True
-    # capture a torch.compile'd step (fused elementwise kernels; one compilation on the first
-    # capture): off until timed on a GPU (benchmarks: --compile-regen)
+    # capture the step with its network torch.compile'd (fused elementwise kernels; one
+    # compilation on the first capture); the sampler stays eager: Inductor (torch 2.11) failed to
+    # generate its cumsum over a 49k vocabulary on an H100. Off until timed (--compile-regen)
     compile_step = False
 
     def __init__(
@@ -100,16 +101,16 @@ class Regenerator:
         self.refill_group = max(1, slots // 16)
         self.steps = self.prefills = 0  # counters, for benchmarks
         self.graph = None
-        self._run = compiled(self._step, 1) if self.compile_step else self._step
+        self._forward = compiled(self.net.forward, 1) if self.compile_step else self.net
         if graphs if graphs is not None else dev.type == "cuda":
             # every row idle at position 0: the warm-up steps write only what a prefill overwrites
-            self.graph, self.emitted = capture(self._run, dev)
+            self.graph, self.emitted = capture(self._step, dev)
             self.ids.zero_()
             self.pos.zero_()
 
     def _step(self) -> torch.Tensor:
         """Feed every row its newest token; store that position's states; sample the next."""
-        logits, feats, final = self.net(self.ids, self.pos)
+        logits, feats, final = self._forward(self.ids, self.pos)
         p = self.pos[:, 0]
         if self.aux is not None:
             self.aux[self.rows, p] = feats[:, 0]
@@ -123,7 +124,7 @@ class Regenerator:
     def step(self) -> torch.Tensor:
         self.steps += 1
         if self.graph is None:
-            return self._run()
+            return self._step()
         self.graph.replay()
         return self.emitted
 
