@@ -100,7 +100,7 @@ class TargetBackend:
     def stop_ids(self, model) -> set[int]:
         """The tokens that end an answer: the tokenizer's EOS and every id `model`'s generation
         config lists (transformers' generate stops on any of them: Llama 3 and Qwen list
-        several, Gemma's chat format its <end_of_turn>)."""
+        several, Gemma's instruction-tuned models their <end_of_turn>)."""
         ids = model.generation_config.eos_token_id
         ids = set() if ids is None else {ids} if isinstance(ids, int) else set(ids)
         if self.tokenizer.eos_token_id is not None:
