@@ -2,7 +2,7 @@
 
     python scripts/bench_regen.py --out docs/results/runtime_h200/regen_h200.json
         [--backends hf,static] [--samples 256] [--slots 256] [--max-new-tokens 256]
-        [--max-length 512] [--sharegpt 0.5]
+        [--max-length 512] [--sharegpt 0.5] [--loops late,sync --rounds 3]
 
 Each backend produces the same samples (ids 0..N-1 of the training prompt stream: GSM8K, plus
 ShareGPT for the given share, sampling settings alternating greedy / temperature 1 top_p 0.95)
@@ -13,6 +13,9 @@ for static the CUDA-graph capture), wall time, samples/s, new tokens/s, and for 
 steps and time per step beside the floor of one step (the target's weight bytes over this
 device's copy bandwidth, measured here: benchlib.copy_bandwidth). Greedy samples are compared
 between backends (how many answers are identical: bf16 batched kernels may differ in near-ties).
+`--loops late,sync --rounds R` times the static backend's two regeneration loops (each step's
+tokens read one step late, or at once) in one process, alternated R times, with the median per
+loop: a first run pays cold caches (Triton's compiles), which would skew two separate processes.
 Writes JSON to --out.
 """
 
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import json
 import platform
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -45,6 +49,7 @@ from splitserve.target.backends import TargetSetup, make_backend  # noqa: E402
 from splitserve.target.config import SamplingSetting, TargetConfig, resolve_dtype  # noqa: E402
 from splitserve.target.embedded import ensure_smollm2  # noqa: E402
 from splitserve.target.models import load_causal_lm  # noqa: E402
+from splitserve.target.runtime.regen import Regenerator  # noqa: E402
 
 
 def prompt_conversations(n: int, sharegpt_weight: int = 1) -> list:
@@ -107,6 +112,27 @@ def run_backend(name: str, args, conversations, device) -> tuple[dict, list]:
     return row, out
 
 
+LOOPS = {"late": True, "sync": False}  # Regenerator.one_ahead
+
+
+def runs(backends: list[str], loops: list[str], rounds: int):
+    """(backend, loop or "", round) in the order they run: rounds outermost, so each loop's
+    runs alternate with the others' (loops apply to the static backend only)."""
+    for r in range(rounds):
+        for name in backends:
+            for loop in loops if name == "static" and loops else [""]:
+                yield name, loop, r
+
+
+def medians(rows: list[dict]) -> dict:
+    """Median new tokens/s per backend (and loop) over the rounds."""
+    by: dict[str, list[float]] = {}
+    for row in rows:
+        key = row["backend"] + (f"/{row['loop']}" if row.get("loop") else "")
+        by.setdefault(key, []).append(row["new_tokens_per_s"])
+    return {k: round(statistics.median(v), 1) for k, v in by.items()}
+
+
 def main(argv=None) -> None:
     p = cli.script_parser(__file__, __doc__)
     p.add_argument("--out", required=True, help="JSON file to write")
@@ -121,11 +147,17 @@ def main(argv=None) -> None:
     p.add_argument("--profile", action="store_true",
                    help="static: time the step graph alone and list its kernels")  # fmt: skip
     add_runtime_switches(p, "static: the runtime as before 2026-12-05 (apply_runtime_switches)")
+    p.add_argument("--loops", default="",
+                   help="comma-separated regeneration loops to alternate: late, sync")  # fmt: skip
+    p.add_argument("--rounds", type=int, default=1, help="runs of each backend (and loop)")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = p.parse_args(argv)
     args.layer_ids = [int(x) for x in args.layer_ids.split(",")]
     apply_runtime_switches(args, args.before)
-    for flag in ("samples", "slots", "max_new_tokens", "max_length", "max_prompt_tokens"):
+    loops = [x for x in args.loops.split(",") if x]
+    if set(loops) - set(LOOPS):
+        p.error(f"--loops: unknown {', '.join(sorted(set(loops) - set(LOOPS)))}; known: late, sync")
+    for flag in ("samples", "slots", "max_new_tokens", "max_length", "max_prompt_tokens", "rounds"):
         if getattr(args, flag) < 1:
             p.error(f"--{flag.replace('_', '-')} must be >= 1")
     device = torch.device(args.device)
@@ -147,8 +179,13 @@ def main(argv=None) -> None:
         "rows": [],
     }
     outputs = {}
-    for name in args.backends.split(","):
-        row, outputs[name] = run_backend(name, args, conversations, device)
+    for name, loop, r in runs(args.backends.split(","), loops, args.rounds):
+        if loop:
+            Regenerator.one_ahead = LOOPS[loop]
+        row, outputs[name + (f"/{loop}" if loop else "")] = run_backend(
+            name, args, conversations, device
+        )
+        row.update({"loop": loop} if loop else {}, **({"round": r} if args.rounds > 1 else {}))
         if row.get("decode_steps"):
             row["ms_per_step_incl_prefills"] = round(1e3 * row["wall_s"] / row["decode_steps"], 3)
         if "kv_bytes_per_step" in row:  # the floor of a step that reads the whole padded cache
@@ -157,6 +194,8 @@ def main(argv=None) -> None:
             )
         result["rows"].append(row)
         print(json.dumps(row), flush=True)
+    if args.rounds > 1:
+        result["median_new_tokens_per_s"] = medians(result["rows"])
     if len(outputs) > 1:
         names = list(outputs)
         a, b = outputs[names[0]], outputs[names[1]]

@@ -146,26 +146,32 @@ def phases(trainer, samples, ids, device) -> dict:
     return {k: round(1000 * v, 2) for k, v in out.items()}
 
 
-def optimizer_kernels(trainer, samples, ids, accum: int = 1, top: int = 8) -> list[dict]:
-    """The optimizer step's heaviest operators (self time on the device; on CPU, the host's),
-    from one profiled step (the last of `accum` micro-batches of `samples`, where it updates)."""
+def heaviest_ops(run, device, top: int = 8) -> list[dict]:
+    """The heaviest operators of one call of `run` (self time on the device; on CPU, the
+    host's), from torch.profiler: where a step's time goes, by kernel and op."""
     from torch.profiler import ProfilerActivity, profile
 
+    cuda = device.type == "cuda"
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with profile(activities=acts) as prof:
+        run()
+        sync(device)
+    own = (lambda e: e.self_device_time_total) if cuda else (lambda e: e.self_cpu_time_total)
+    rows = sorted(prof.key_averages(), key=own, reverse=True)
+    return [
+        {"op": e.key[:80], "calls": e.count, "self_ms": round(own(e) / 1e3, 3)} for e in rows[:top]
+    ]
+
+
+def optimizer_kernels(trainer, samples, ids, accum: int = 1, top: int = 8) -> list[dict]:
+    """The optimizer step's heaviest operators, from one profiled step (the last of `accum`
+    micro-batches of `samples`, where it updates)."""
     for i in range(accum):
         res = trainer._loss(trainer._pack(samples, ids), None)
         trainer.engine.backward(res.loss)
         if i < accum - 1:
             trainer.engine.step()  # accumulates only
-    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
-    with profile(activities=acts) as prof:
-        trainer.engine.step()
-        sync(trainer.device)
-    own = (lambda e: e.self_device_time_total) if torch.cuda.is_available() else (
-        lambda e: e.self_cpu_time_total)  # fmt: skip
-    rows = sorted(prof.key_averages(), key=own, reverse=True)
-    return [
-        {"op": e.key[:80], "calls": e.count, "self_ms": round(own(e) / 1e3, 3)} for e in rows[:top]
-    ]
+    return heaviest_ops(trainer.engine.step, trainer.device, top)
 
 
 def measure(name, seq, block, precision, zero, accum, args, device, dtype, peak) -> dict:
@@ -223,6 +229,8 @@ def measure(name, seq, block, precision, zero, accum, args, device, dtype, peak)
     }
     if args.profile_optimizer:
         out["optimizer_kernels"] = optimizer_kernels(trainer, samples[:b], ids[:b], accum)
+    if args.profile_step:  # a whole optimizer step: packing, forward, loss, backward, update
+        out["step_ops"] = heaviest_ops(lambda: trainer.train_step(samples, ids), device, top=20)
     if device.type == "cuda":
         out["peak_gb"] = round(torch.cuda.max_memory_allocated(device) / 1e9, 2)
         out["held_before_gb"] = round(before / 1e9, 2)  # left by earlier shapes (should be ~0)
@@ -251,6 +259,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=6, help="timed steps (after two warm-up)")
     ap.add_argument("--profile-optimizer", action="store_true",
                     help="list the optimizer step's heaviest device operators")  # fmt: skip
+    ap.add_argument("--profile-step", action="store_true",
+                    help="list a whole step's 20 heaviest device operators")  # fmt: skip
     ap.add_argument("--tiny", action="store_true", help="shrunk shapes (a CPU smoke run)")
     args = ap.parse_args(argv)
     unknown = [s for s in args.shapes.split(",") if s not in SHAPES]

@@ -3,8 +3,11 @@ every sample (target.produce_window=0, its default) is benchmarked whole. Before
 the samples into windows of `backend.window` and a window of 0 stopped it at once (seen on an
 H200)."""
 
+import subprocess
+import sys
+
 import pytest
-from conftest import script_report
+from conftest import ROOT, script_report
 
 pytestmark = pytest.mark.slow  # spawns processes or decodes with the real SmolLM2
 
@@ -24,3 +27,24 @@ def test_the_static_backend_regenerates_every_sample_in_one_stream(tmp_path):
     positions, rest = divmod(row["kv_bytes_per_step"], per_position)
     assert rest == 0 and 256 <= positions <= 260  # the cache's length: max_length and a margin
     assert row["step_floor_with_kv_ms"] > report["step_floor_ms"]
+
+
+def test_the_two_regeneration_loops_alternate_in_one_process_with_equal_answers(tmp_path):
+    """--loops late,sync --rounds 2: four static runs, the loops alternating, a median per loop,
+    and both loops' answers identical (the same schedule and counter-based sampling)."""
+    args = ["--backends", "static", "--samples", "3", "--slots", "2", "--loops", "late,sync"]
+    args += ["--rounds", "2", "--max-new-tokens", "4", "--max-length", "256", "--sharegpt", "0"]
+    report = script_report(tmp_path, "bench_regen.py", *args, "--device", "cpu")
+    assert [(r["loop"], r["round"]) for r in report["rows"]] == [
+        ("late", 0), ("sync", 0), ("late", 1), ("sync", 1)
+    ]  # fmt: skip
+    assert sorted(report["median_new_tokens_per_s"]) == ["static/late", "static/sync"]
+    assert report["greedy_identical"] == "2/2 (static/late vs static/sync)"
+
+
+def test_an_unknown_loop_is_refused_by_name(tmp_path):
+    script = str(ROOT / "scripts" / "bench_regen.py")
+    argv = [sys.executable, script, "--out", str(tmp_path / "r.json"), "--loops", "late,fast"]
+    proc = subprocess.run(argv, capture_output=True, text=True)
+    assert proc.returncode == 2 and "--loops: unknown fast; known: late, sync" in proc.stderr
+    assert not (tmp_path / "r.json").exists()

@@ -15,7 +15,7 @@ def test_the_trainer_benchmark_reports_each_accumulation_beside_the_other(tmp_pa
     out = tmp_path / "trainer.json"
     run_script("bench_trainer.py", "--out", str(out), "--tiny", "--shapes", "smollm2",
                "--seq", "128", "--blocks", "4", "--anchors", "8", "--steps", "1",
-               "--grad-accums", "1,2", "--profile-optimizer")  # fmt: skip
+               "--grad-accums", "1,2", "--profile-optimizer", "--profile-step")  # fmt: skip
     report = json.loads(out.read_text())
     one, two = (
         report["trainer"]["smollm2_s128_b4_bf16_z1"],
@@ -27,6 +27,8 @@ def test_the_trainer_benchmark_reports_each_accumulation_beside_the_other(tmp_pa
         assert row["samples_per_s"] > 0 and 0 < row["mfu"] < 1 and row["optimizer_kernels"]
         assert all(v > 0 for v in row["phases_ms"].values())
     assert report["best"]["smollm2"]["config"] in report["trainer"]
+    ops = [op["op"] for op in two["step_ops"]]  # the whole step profiled: the update is in it
+    assert len(ops) == 20 and {"splitserve.forward_loss", "splitserve.optimizer_step"} <= set(ops)
     assert "--grad-accums 1,2" in report["command"]
 
 
