@@ -2,7 +2,7 @@
 
     python scripts/bench_regen.py --out docs/results/runtime_h200/regen_h200.json
         [--backends hf,static] [--samples 256] [--slots 256] [--max-new-tokens 256]
-        [--max-length 512] [--sharegpt 0.5] [--loops late,sync --rounds 3]
+        [--max-length 512] [--sharegpt 0.5] [--loops late,sync --rounds 3] [--target gemma3_270m]
 
 Each backend produces the same samples (ids 0..N-1 of the training prompt stream: GSM8K, plus
 ShareGPT for the given share, sampling settings alternating greedy / temperature 1 top_p 0.95)
@@ -43,12 +43,13 @@ from benchlib import (  # noqa: E402  (scripts/)
     weight_bytes,
 )
 
+from draft_models.config import dflash_layer_ids  # noqa: E402
 from serving import cli  # noqa: E402
 from splitserve.data import DataConfig, PromptStream, SourceConfig, load_prompts  # noqa: E402
 from splitserve.target.backends import TargetSetup, make_backend  # noqa: E402
 from splitserve.target.config import SamplingSetting, TargetConfig, resolve_dtype  # noqa: E402
-from splitserve.target.embedded import ensure_smollm2  # noqa: E402
-from splitserve.target.models import load_causal_lm  # noqa: E402
+from splitserve.target.embedded import ensure_gemma3_270m, ensure_smollm2  # noqa: E402
+from splitserve.target.models import load_causal_lm, load_target_spec  # noqa: E402
 from splitserve.target.runtime.regen import Regenerator  # noqa: E402
 
 
@@ -69,7 +70,7 @@ def run_backend(name: str, args, conversations, device) -> tuple[dict, list]:
         sampling=[SamplingSetting(0.0, 1.0), SamplingSetting(1.0, 0.95)],
     )
     setup = TargetSetup(
-        ensure_smollm2(), cfg, args.layer_ids, device, seed=0,
+        args.model_dir, cfg, args.layer_ids, device, seed=0,
         max_length=args.max_length, max_prompt_tokens=args.max_prompt_tokens,
     )  # fmt: skip
     t0 = time.perf_counter()
@@ -113,6 +114,7 @@ def run_backend(name: str, args, conversations, device) -> tuple[dict, list]:
 
 
 LOOPS = {"late": True, "sync": False}  # Regenerator.one_ahead
+TARGETS = {"smollm2": ensure_smollm2, "gemma3_270m": ensure_gemma3_270m}
 
 
 def runs(backends: list[str], loops: list[str], rounds: int):
@@ -143,7 +145,10 @@ def main(argv=None) -> None:
     p.add_argument("--max-length", type=int, default=512, help="data.max_length")
     p.add_argument("--max-prompt-tokens", type=int, default=256, help="data.max_prompt_tokens")
     p.add_argument("--sharegpt", type=int, default=1, help="ShareGPT weight beside GSM8K's 1")
-    p.add_argument("--layer-ids", default="1,15,28", help="captured target layers")
+    p.add_argument("--target", choices=sorted(TARGETS), default="smollm2",
+                   help="an embedded target (gemma3_270m: its 262k vocabulary)")  # fmt: skip
+    p.add_argument("--layer-ids", default="",
+                   help="captured target layers (default: three by the draft's rule)")  # fmt: skip
     p.add_argument("--profile", action="store_true",
                    help="static: time the step graph alone and list its kernels")  # fmt: skip
     add_runtime_switches(p, "static: the runtime as before 2026-12-05 (apply_runtime_switches)")
@@ -152,7 +157,15 @@ def main(argv=None) -> None:
     p.add_argument("--rounds", type=int, default=1, help="runs of each backend (and loop)")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = p.parse_args(argv)
-    args.layer_ids = [int(x) for x in args.layer_ids.split(",")]
+    args.model_dir = TARGETS[args.target]()
+    layers = load_target_spec(args.model_dir).num_layers
+    args.layer_ids = (
+        [int(x) for x in args.layer_ids.split(",")]
+        if args.layer_ids
+        else dflash_layer_ids(layers, 3)  # what a 5-layer draft's default reads, three of them
+    )
+    if any(not 0 <= i < layers for i in args.layer_ids):
+        p.error(f"--layer-ids {args.layer_ids}: {args.target} has layers 0..{layers - 1}")
     apply_runtime_switches(args, args.before)
     loops = [x for x in args.loops.split(",") if x]
     if set(loops) - set(LOOPS):
@@ -164,7 +177,7 @@ def main(argv=None) -> None:
     dtype_here = resolve_dtype("auto", device)
     conversations = prompt_conversations(args.samples, args.sharegpt)
     # the target's weight bytes in the dtype it runs in here
-    weights = weight_bytes(load_causal_lm(ensure_smollm2(), torch.device("cpu"), dtype_here))
+    weights = weight_bytes(load_causal_lm(args.model_dir, torch.device("cpu"), dtype_here))
     bandwidth = copy_bandwidth(device)
     result = {
         "device": (
@@ -172,7 +185,7 @@ def main(argv=None) -> None:
         ),
         "torch": torch.__version__,
         "command": cli.command_line(p, argv),
-        "args": vars(args),
+        "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
         "weight_bytes": weights,
         "copy_bandwidth_GBps": round(bandwidth / 1e9, 1),
         "step_floor_ms": round(1e3 * weights / bandwidth, 4),

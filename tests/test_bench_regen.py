@@ -48,3 +48,26 @@ def test_an_unknown_loop_is_refused_by_name(tmp_path):
     proc = subprocess.run(argv, capture_output=True, text=True)
     assert proc.returncode == 2 and "--loops: unknown fast; known: late, sync" in proc.stderr
     assert not (tmp_path / "r.json").exists()
+
+
+def test_gemma3_270m_regenerates_in_the_benchmark(tmp_path, gemma3_site):
+    """--target gemma3_270m: the second real target (262k vocabulary, 18 layers) through the
+    static backend, its capture layers chosen by the draft's rule."""
+    from splitserve.target.embedded import ensure_gemma3_270m
+
+    ensure_gemma3_270m()  # converted here, where the fixture put its packages on the path
+    args = ["--backends", "static", "--samples", "2", "--slots", "2", "--target", "gemma3_270m"]
+    args += ["--max-new-tokens", "3", "--max-length", "256", "--sharegpt", "0", "--device", "cpu"]
+    report = script_report(tmp_path, "bench_regen.py", *args)
+    (row,) = report["rows"]
+    assert report["args"]["layer_ids"] == [1, 8, 15] and report["args"]["target"] == "gemma3_270m"
+    assert 2 <= row["new_tokens"] <= 6 and row["decode_steps"] >= 2
+    assert 1.0e9 < report["weight_bytes"] < 1.15e9  # ~268M fp32 parameters, the tied head once
+
+
+def test_layers_the_target_lacks_are_refused_by_name(tmp_path):
+    script = str(ROOT / "scripts" / "bench_regen.py")
+    argv = [sys.executable, script, "--out", str(tmp_path / "r.json"), "--layer-ids", "1,30"]
+    proc = subprocess.run(argv + ["--device", "cpu"], capture_output=True, text=True)
+    assert proc.returncode == 2 and "--layer-ids [1, 30]: smollm2 has layers 0..29" in proc.stderr
+    assert not (tmp_path / "r.json").exists()
