@@ -19,13 +19,28 @@ pytestmark = [
 CUDA = torch.device("cuda")
 
 
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    """Each test compiles from nothing and must produce graphs: past its recompile limit dynamo
+    falls back to eager without a word, which would pass a compiled-against-eager comparison."""
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    yield counters
+    torch._dynamo.reset()
+
+
 @pytest.mark.parametrize("model_type", ["llama", "gemma3_text", "qwen3_moe"])
-def test_a_compiled_step_with_the_kernels_inside_equals_the_eager_step(model_type, monkeypatch):
+def test_a_compiled_step_with_the_kernels_inside_equals_the_eager_step(
+    model_type, monkeypatch, fresh_dynamo
+):
     """kernels_in_compile: the decode attention (and the MoE pair GEMV) traced into a
-    torch.compile'd step give the eager step's logits, states and greedy tokens (bf16)."""
+    torch.compile'd step give the eager step's logits and states (fp32, where a fused kernel's
+    rounding stays far below the tolerance; the tiny models' logits spread ~0.1)."""
     monkeypatch.setattr(StaticDecoder, "use_decode_kernel", True)
     monkeypatch.setattr(StaticDecoder, "kernels_in_compile", True)
-    model = family_target(model_type, head_dim=16).to(CUDA, torch.bfloat16)
+    model = family_target(model_type, head_dim=16).to(CUDA)
     seq = torch.randint(1, 96, (1, 40), generator=torch.Generator().manual_seed(3)).to(CUDA)
     nets = [StaticDecoder(model, max_rows=1, max_len=64, capture_ids=[0, 2]) for _ in range(2)]
     step = torch.compile(nets[0], fullgraph=True, dynamic=False)
@@ -36,12 +51,12 @@ def test_a_compiled_step_with_the_kernels_inside_equals_the_eager_step(model_typ
         ids, pos = seq[:, start : start + width], torch.arange(start, start + width, device=CUDA)
         got, want = step(ids, pos[None]), nets[1](ids, pos[None])
         for a, b in zip(got, want, strict=True):
-            torch.testing.assert_close(a.float(), b.float(), atol=3e-2, rtol=3e-2)
-        assert torch.equal(got[0].argmax(-1), want[0].argmax(-1))
+            torch.testing.assert_close(a, b, atol=2e-3, rtol=2e-3)  # TF32 in the kernels' dots
         start += width
+    assert fresh_dynamo["stats"]["unique_graphs"] >= 1  # compiled, not an eager fallback
 
 
-def test_a_compiled_regeneration_step_samples_as_the_eager_one(monkeypatch):
+def test_a_compiled_regeneration_step_samples_as_the_eager_one(monkeypatch, fresh_dynamo):
     """compile_step on a 49,152-token vocabulary (SmolLM2's), greedy and at T=1 with a nucleus:
     the graphed, compiled step gives the uncompiled step's tokens (fp32: no near-tie of two
     logits turns on a fused kernel's rounding)."""
@@ -56,5 +71,7 @@ def test_a_compiled_regeneration_step_samples_as_the_eager_one(monkeypatch):
         monkeypatch.setattr(Regenerator, "compile_step", compiled)
         engine = Regenerator(model, [0, 1], slots=2, max_len=32, eos=(), nucleus=True)
         runs.append(engine.run(requests))
+        if compiled:  # compiled, not an eager fallback
+            assert fresh_dynamo["stats"]["unique_graphs"] >= 1
     for a, b in zip(*runs, strict=True):
         assert torch.equal(a.ids, b.ids)
