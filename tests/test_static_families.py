@@ -221,6 +221,35 @@ def test_the_real_gemma3_270m_runs_statically_as_transformers_does(gemma3_site):
     assert not tok.decode(want).strip().startswith("Natalia"), tok.decode(want)
 
 
+@pytest.mark.slow
+def test_gemma3_270m_chats_render_with_their_answers_masked(gemma3_site):
+    """The question / answer format with a system message and two turns: prefix-stable
+    (render_with_loss_mask checks every turn's render extends the one before) and the loss
+    mask covers exactly the answers' tokens."""
+    from transformers import AutoTokenizer
+
+    from splitserve.target.chat import render_with_loss_mask
+    from splitserve.target.embedded import ensure_gemma3_270m
+
+    tok = AutoTokenizer.from_pretrained(ensure_gemma3_270m())
+    chat = [
+        {"role": "system", "content": "Answer briefly."},
+        {"role": "user", "content": "What is 12 * 3?"},
+        {"role": "assistant", "content": "12 * 3 = 36.\n\nSo 36."},
+        {"role": "user", "content": "And `x = 12; x * 3` in Python?"},
+        {"role": "assistant", "content": "(36) -- the same."},
+    ]
+    ids, mask = render_with_loss_mask(tok, chat)
+    assert tok.decode(ids) == (
+        "<bos>Answer briefly.\n\nQuestion: What is 12 * 3?\nAnswer: 12 * 3 = 36.\n\nSo 36.\n\n"
+        "Question: And `x = 12; x * 3` in Python?\nAnswer: (36) -- the same.\n\n"
+    )
+    runs = torch.tensor([0, *mask.int().tolist(), 0]).diff()  # where masked runs start and end
+    starts, ends = (runs == 1).nonzero()[:, 0], (runs == -1).nonzero()[:, 0]
+    answers = [tok.decode(ids[a:b]) for a, b in zip(starts.tolist(), ends.tolist(), strict=True)]
+    assert [a.strip() for a in answers] == ["12 * 3 = 36.\n\nSo 36.", "(36) -- the same."]
+
+
 @pytest.mark.parametrize("model_type", ["qwen3", "gemma3_text", "bailing_hybrid"])
 def test_auto_backend_is_static_on_a_gpu_for_the_static_families(model_type, tmp_path, capsys):
     """target.backend=auto: static where a GPU runs a family the static runtime covers (no flag

