@@ -27,8 +27,9 @@ def test_the_trainer_benchmark_reports_each_accumulation_beside_the_other(tmp_pa
         assert row["samples_per_s"] > 0 and 0 < row["mfu"] < 1 and row["optimizer_kernels"]
         assert all(v > 0 for v in row["phases_ms"].values())
     assert report["best"]["smollm2"]["config"] in report["trainer"]
-    ops = [op["op"] for op in two["step_ops"]]  # the whole step profiled: the update is in it
-    assert len(ops) == 20 and {"splitserve.forward_loss", "splitserve.optimizer_step"} <= set(ops)
+    ops = [op["op"] for op in two["step_ops"]]  # the whole step: its matmuls, no range names
+    assert len(ops) == 20 and "aten::mm" in ops
+    assert not any(op.startswith("splitserve.") for op in ops)
     assert "--grad-accums 1,2" in report["command"]
 
 
