@@ -25,7 +25,9 @@ NOISE = ("Traceback", "KeyboardInterrupt", "leaked semaphore", "terminate called
 
 def start(args: list[str]) -> subprocess.Popen:
     """A command of this checkout in its own session: the test signals it alone, or its group
-    as a terminal's Ctrl-C does."""
+    as a terminal's Ctrl-C does. SIGINT is reset to its default first: a suite started as a
+    shell's background job (`pytest &`, nohup) inherits it ignored, and Python then never
+    raises KeyboardInterrupt (both Ctrl-C tests failed so, 2026-12-05)."""
     return subprocess.Popen(
         [sys.executable, *args],
         cwd=ROOT,
@@ -33,6 +35,7 @@ def start(args: list[str]) -> subprocess.Popen:
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
 
 
