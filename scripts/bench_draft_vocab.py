@@ -9,8 +9,9 @@ proposal step, what the decoder runs per decode step (backbone over the block + 
 every slot + the Markov head and the draw slot by slot + the confidence head), is timed, greedy
 and at temperature 1, with the target's [V, H] head and with a pruned draft's own [K, H] head
 (Markov W2 [K, r]; the draws mapped back to target ids). On CUDA: bf16, each step one CUDA-graph
-replay as the decoder replays it (serving.decoder.GraphedProposal); elsewhere fp32, eager (a
-smoke run: CPU timings say little about a GPU's). Writes the JSON report to --out.
+replay as the decoder replays it (serving.decoder.GraphedProposal), of a torch.compile'd proposal
+with --compile (as `serving.evaluate --compile` decodes); elsewhere fp32, eager (a smoke run: CPU
+timings say little about a GPU's). Writes the JSON report to --out.
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ def step_ms(draft, args, device) -> dict[str, float]:
     if device.type == "cuda":
         from serving.decoder import GraphedProposal
 
-        propose = GraphedProposal(proposer)
+        propose = GraphedProposal(proposer, compile=args.compile)
     else:
         propose = proposer.propose
     out = {}
@@ -88,11 +89,18 @@ def main(argv=None) -> int:
     ap.add_argument("--context", type=int, default=1024, help="committed context positions")
     ap.add_argument("--repeats", type=int, default=50)
     ap.add_argument("--device", default="auto", choices=("auto", "cuda", "cpu"))
+    ap.add_argument(
+        "--compile", action="store_true", help="graph a torch.compile'd proposal (CUDA)"
+    )
     args = ap.parse_args(argv)
     if not args.block < args.k < args.vocab:
         ap.error(f"--k {args.k}: need --block ({args.block}) < K < --vocab ({args.vocab})")
     auto = "cuda" if torch.cuda.is_available() else "cpu"
     device = torch.device(auto if args.device == "auto" else args.device)
+    if args.compile and device.type != "cuda":
+        ap.error(
+            "--compile: the compiled proposal is captured in CUDA graphs; it needs --device cuda"
+        )
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     spec = TargetSpec(
         model_type="llama",
@@ -122,6 +130,7 @@ def main(argv=None) -> int:
         "torch": torch.__version__,
         "dtype": str(dtype),
         "graphed": device.type == "cuda",
+        "compiled": args.compile,
         "command": cli.command_line(ap, argv),
         "shape": {
             k: getattr(args, k)

@@ -1,7 +1,10 @@
 """scripts/bench_draft_vocab.py on CPU with a tiny shape: it times the full and the pruned
 proposal step and records what it ran."""
 
-from conftest import script_report
+import subprocess
+import sys
+
+from conftest import ROOT, script_report
 
 
 def test_bench_draft_vocab_times_both_vocabularies(tmp_path):
@@ -10,6 +13,7 @@ def test_bench_draft_vocab_times_both_vocabularies(tmp_path):
     args += ["--target-layers", "2", "--context", "16", "--repeats", "2", "--device", "cpu"]
     report = script_report(tmp_path, "bench_draft_vocab.py", *args)  # its exact command checked
     assert report["device"] == "cpu" and report["dtype"] == "torch.float32"
+    assert not report["graphed"] and not report["compiled"]
     assert report["shape"]["vocab"] == 300 and report["shape"]["k"] == 40
     assert report["full"]["output_vocab"] == 300 and report["pruned"]["output_vocab"] == 40
     # the pruned draft's own head [K, H] and Markov W2 [K, r]: 40 x 32 more, 260 x 8 fewer
@@ -17,3 +21,12 @@ def test_bench_draft_vocab_times_both_vocabularies(tmp_path):
     for row in (report["full"], report["pruned"]):
         assert row["greedy_ms"] > 0 and row["t1_ms"] > 0
     assert report["speedup_greedy"] == report["full"]["greedy_ms"] / report["pruned"]["greedy_ms"]
+
+
+def test_compile_without_cuda_is_refused_by_name(tmp_path):
+    script = str(ROOT / "scripts" / "bench_draft_vocab.py")
+    argv = [sys.executable, script, "--out", str(tmp_path / "r.json"), "--compile"]
+    proc = subprocess.run([*argv, "--device", "cpu"], capture_output=True, text=True)
+    assert proc.returncode == 2, proc.stderr[-500:]
+    assert "--compile: the compiled proposal is captured in CUDA graphs" in proc.stderr
+    assert not (tmp_path / "r.json").exists()
