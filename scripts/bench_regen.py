@@ -130,6 +130,11 @@ def runs(backends: list[str], loops: list[str], rounds: int):
                 yield name, loop, r
 
 
+def label(backend: str, loop: str) -> str:
+    """A run's name in the report: the backend, and the loop where one was chosen."""
+    return f"{backend}/{loop}" if loop else backend
+
+
 def identical(a: list, b: list, ids) -> int:
     """How many of the samples `ids` have the same tokens in outputs a and b."""
     return sum(torch.equal(a[g].input_ids.cpu(), b[g].input_ids.cpu()) for g in ids)
@@ -139,8 +144,7 @@ def medians(rows: list[dict]) -> dict:
     """Median new tokens/s per backend (and loop) over the rounds."""
     by: dict[str, list[float]] = {}
     for row in rows:
-        key = row["backend"] + (f"/{row['loop']}" if row.get("loop") else "")
-        by.setdefault(key, []).append(row["new_tokens_per_s"])
+        by.setdefault(label(row["backend"], row.get("loop")), []).append(row["new_tokens_per_s"])
     return {k: round(statistics.median(v), 1) for k, v in by.items()}
 
 
@@ -176,7 +180,8 @@ def main(argv=None) -> None:
         p.error(f"--loops: unknown {', '.join(sorted(set(loops) - set(LOOPS)))}; known: late, sync")
     if loops and (len(set(loops)) < len(loops) or args.sync_regen or args.before):
         p.error("--loops: each loop once, and without --sync-regen or --before (it sets the loop)")
-    if loops and "static" not in args.backends.split(","):
+    backends = args.backends.split(",")
+    if loops and "static" not in backends:
         p.error("--loops: the regeneration loops are the static backend's; add it to --backends")
     try:
         layer_ids = [int(x) for x in args.layer_ids.split(",")] if args.layer_ids else None
@@ -212,12 +217,10 @@ def main(argv=None) -> None:
         "rows": [],
     }
     outputs = {}
-    for name, loop, r in runs(args.backends.split(","), loops, args.rounds):
+    for name, loop, r in runs(backends, loops, args.rounds):
         if loop:
             Regenerator.one_ahead = LOOPS[loop]
-        row, outputs[name + (f"/{loop}" if loop else "")] = run_backend(
-            name, args, conversations, device
-        )
+        row, outputs[label(name, loop)] = run_backend(name, args, conversations, device)
         row.update({"loop": loop} if loop else {}, **({"round": r} if args.rounds > 1 else {}))
         if row.get("decode_steps"):
             row["ms_per_step_incl_prefills"] = round(1e3 * row["wall_s"] / row["decode_steps"], 3)
@@ -229,14 +232,14 @@ def main(argv=None) -> None:
         print(json.dumps(row), flush=True)
     if args.rounds > 1:
         result["median_new_tokens_per_s"] = medians(result["rows"])
-    firsts = [k for k in outputs if k == f"static/{loops[0]}" or "/" not in k] if loops else []
-    names = firsts or list(outputs)  # one output per backend
+    # one output per backend: the static backend's of its first loop
+    names = [label(n, loops[0] if n == "static" and loops else "") for n in backends]
     if len(names) > 1:
         greedy = range(0, args.samples, 2)  # setting 0 (greedy) on even ids
         same = identical(outputs[names[0]], outputs[names[1]], greedy)
         result["greedy_identical"] = f"{same}/{len(greedy)} ({names[0]} vs {names[1]})"
     if len(loops) > 1:  # the same schedule and counter-based draws: every sample the same
-        a, b = (f"static/{loop}" for loop in loops)
+        a, b = (label("static", loop) for loop in loops)
         same = identical(outputs[a], outputs[b], range(args.samples))
         result["loops_identical"] = f"{same}/{args.samples} ({a} vs {b}, every sample)"
     Path(args.out).write_text(json.dumps(result, indent=1))
