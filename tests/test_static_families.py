@@ -247,7 +247,8 @@ def test_gemma3_270m_chats_render_with_their_answers_masked(gemma3_site):
     runs = torch.tensor([0, *mask.int().tolist(), 0]).diff()  # where masked runs start and end
     starts, ends = (runs == 1).nonzero()[:, 0], (runs == -1).nonzero()[:, 0]
     answers = [tok.decode(ids[a:b]) for a, b in zip(starts.tolist(), ends.tolist(), strict=True)]
-    assert [a.strip() for a in answers] == ["12 * 3 = 36.\n\nSo 36.", "(36) -- the same."]
+    # each answer as the template writes it: a space after "Answer:", the blank line that ends it
+    assert answers == [" 12 * 3 = 36.\n\nSo 36.\n\n", " (36) -- the same.\n\n"]
 
 
 @pytest.mark.parametrize("model_type", ["qwen3", "gemma3_text", "bailing_hybrid"])
