@@ -8,10 +8,12 @@ A random DSpark draft over a random target shape (no model files): its proposer
 proposal step, what the decoder runs per decode step (backbone over the block + LM head over
 every slot + the Markov head and the draw slot by slot + the confidence head), is timed, greedy
 and at temperature 1, with the target's [V, H] head and with a pruned draft's own [K, H] head
-(Markov W2 [K, r]; the draws mapped back to target ids). On CUDA: bf16, each step one CUDA-graph
-replay as the decoder replays it (serving.decoder.GraphedProposal), of a torch.compile'd proposal
-with --compile (as `serving.evaluate --compile` decodes); elsewhere fp32, eager (a smoke run: CPU
-timings say little about a GPU's). Writes the JSON report to --out.
+(Markov W2 [K, r]; the draws mapped back to target ids). Beside each time, its floor: the bytes
+one proposal must read (`proposal_bytes`) over the device's copy bandwidth measured in the same
+run; the floors' ratio bounds what pruning can gain where a step runs at its floor. On CUDA:
+bf16, each step one CUDA-graph replay as the decoder replays it (serving.decoder.GraphedProposal),
+of a torch.compile'd proposal with --compile (as `serving.evaluate --compile` decodes); elsewhere
+fp32, eager (a smoke run: CPU timings say little about a GPU's). Writes the JSON report to --out.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchlib import timed, write_report  # noqa: E402
+from benchlib import copy_bandwidth, timed, write_report  # noqa: E402
 
 from draft_models import DraftConfig, DSparkProposer, FrozenTargetHead, TargetSpec  # noqa: E402
 from draft_models.models import build_draft  # noqa: E402
@@ -49,8 +51,29 @@ def build(args, k: int | None, head: FrozenTargetHead, spec: TargetSpec, device,
     return draft.eval()
 
 
+def proposal_bytes(draft, proposer, context: int) -> int:
+    """Bytes one proposal reads at the least, each once (a floor: Markov W2, applied slot after
+    slot, is counted once): every weight it applies (the layers and norms, the output head, the
+    target's [V, H] or a pruned draft's own [K, H], Markov W2, the confidence head) and the keys
+    and values of `context` committed positions; not the fusion layer `fc` (it runs when
+    positions are committed) nor embedding tables (a few rows gathered)."""
+    gathered = {id(m.weight) for m in draft.modules() if isinstance(m, torch.nn.Embedding)}
+    total = sum(
+        p.numel() * p.element_size()
+        for name, p in draft.named_parameters()
+        if not name.startswith("fc.") and id(p) not in gathered
+    )
+    if not draft.cfg.pruned_vocab:  # the target's head, outside the draft's parameters
+        w = draft.target_head.lm_head_weight
+        total += w.numel() * w.element_size()
+    for k, v in proposer.ctx_kv:  # [rows x capacity, heads, head dim] per layer
+        total += context * (k[0].numel() * k.element_size() + v[0].numel() * v.element_size())
+    return total
+
+
 def step_ms(draft, args, device) -> dict[str, float]:
-    """Median ms of one proposal step, greedy and at T = 1, after committing the context."""
+    """Median ms of one proposal step, greedy and at T = 1, after committing the context, and
+    the bytes it reads at the least (proposal_bytes)."""
     gamma, n = args.block, args.context
     proposer = DSparkProposer(
         draft, gamma, torch.ones(gamma, dtype=torch.float64, device=device), n + gamma + 1
@@ -67,7 +90,7 @@ def step_ms(draft, args, device) -> dict[str, float]:
         propose = GraphedProposal(proposer, compile=args.compile)
     else:
         propose = proposer.propose
-    out = {}
+    out = {"read_bytes": proposal_bytes(draft, proposer, n)}
     for name, temperature in (("greedy_ms", 0.0), ("t1_ms", 1.0)):
         out[name] = 1000 * timed(lambda t=temperature: propose(anchor, n, t), args.repeats, device)
     return out
@@ -116,14 +139,17 @@ def main(argv=None) -> int:
     weight = torch.randn(args.vocab, args.hidden, generator=g) * 0.02
     head = FrozenTargetHead(weight, weight).to(device=device, dtype=dtype)  # tied: one copy
     rows = {}
+    bandwidth = copy_bandwidth(device)
     with torch.no_grad():
         for name, k in (("full", None), ("pruned", args.k)):
             draft = build(args, k, head, spec, device, dtype)
-            rows[name] = {
+            row = rows[name] = {
                 "output_vocab": k or args.vocab,
                 "draft_params": sum(p.numel() for p in draft.parameters()),
                 **step_ms(draft, args, device),
             }
+            row["floor_ms"] = 1000 * row["read_bytes"] / bandwidth
+            row["greedy_over_floor"] = row["greedy_ms"] / row["floor_ms"]
             del draft
     report = {
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
@@ -152,6 +178,9 @@ def main(argv=None) -> int:
         "pruned": rows["pruned"],
         "speedup_greedy": rows["full"]["greedy_ms"] / rows["pruned"]["greedy_ms"],
         "speedup_t1": rows["full"]["t1_ms"] / rows["pruned"]["t1_ms"],
+        # what pruning could gain were both steps at their floors
+        "floor_speedup": rows["full"]["floor_ms"] / rows["pruned"]["floor_ms"],
+        "copy_gb_per_s": bandwidth / 1e9,
     }
     write_report(args.out, report)
     return 0
