@@ -32,11 +32,20 @@ it would repeat and skip prompts). `--shard K/M` writes samples g = K, K + M,
 the last lines, whose prompts training holds out, are the highest ids, not the answers that
 took longest). The file is written as
 FILE.partial and renamed when complete; an existing FILE is never overwritten.
+
+Beside FILE, FILE.provenance.json records what its answers depend on beyond their prompts (the
+target's directory, config and chat template, the backend and dtype that ran it, the generation
+settings: `provenance`), written before FILE is renamed into place. `--extends` refuses a file
+whose record differs from this run's; `--check FILE... -- [overrides]` writes nothing: it refuses
+files whose record or prompts differ from what these overrides make (the study checks parts
+carried from another machine this way).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import hashlib
 import json
 import sys
 import time
@@ -67,8 +76,8 @@ def build_parser() -> argparse.ArgumentParser:
         description=__doc__.split("\n\n")[0],
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    ap.add_argument("--out", type=Path, required=True, help="jsonl_chat file to write")
-    ap.add_argument("--samples", type=int, required=True, help="samples 0..N-1 of the stream")
+    ap.add_argument("--out", type=Path, help="jsonl_chat file to write")
+    ap.add_argument("--samples", type=int, help="samples 0..N-1 of the stream")
     ap.add_argument(
         "--start", type=int, default=0, help="the first sample id (extends a file of 0..S-1)"
     )
@@ -78,6 +87,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="the file of samples 0..S-1 this --start S extends: checked to come from this stream",
     )
     ap.add_argument("--shard", type=parse_shard, default="0/1", help="K/M: samples g = K mod M")
+    ap.add_argument(
+        "--check",
+        type=Path,
+        nargs="+",
+        metavar="FILE",
+        help="write nothing: refuse FILEs made otherwise (provenance record, prompts)",
+    )
     ap.add_argument("--device", default="auto", help="auto (GPU when available) | cpu | cuda[:i]")
     ap.add_argument(
         "overrides", nargs="*", help="the training run's Hydra overrides, e.g. +recipe=smol_gpu"
@@ -110,15 +126,111 @@ def target_and_stream(cfg, device: torch.device):
     return backend, stream
 
 
+def provenance(cfg, model_dir: Path, tokenizer, device: torch.device) -> dict:
+    """What a file's answers depend on beyond their prompts (check_extends checks those), for a
+    run whose target.backend is resolved: files made with different values hold different
+    answers to the same sample ids, so none may extend or stand in for another. The target is
+    named by its directory (embedded targets name their prompt format and dtype there), its
+    config (transformers' version left out) and chat template; weights are not hashed."""
+    from .target.backends.base import backend_class
+    from .target.config import resolve_dtype
+
+    t = cfg.target
+    config = json.loads((Path(model_dir) / "config.json").read_text())
+    config.pop("transformers_version", None)
+    made = {
+        "target.kind": t.kind,
+        "target.dir": Path(model_dir).name,
+        "target.config_sha256": _sha256(json.dumps(config, sort_keys=True)),
+        "target.chat_template_sha256": _sha256(tokenizer.chat_template or ""),
+        "target.backend": t.backend,
+        "target.dtype": str(resolve_dtype(t.dtype, device)).removeprefix("torch."),
+        "target.sampling": [dataclasses.asdict(x) for x in t.sampling],
+        "target.max_new_tokens": t.max_new_tokens,
+        "train.seed": cfg.train.seed,
+        "data.max_length": cfg.data.max_length,
+        "data.max_prompt_tokens": cfg.data.max_prompt_tokens,
+    }
+    if not backend_class(t.backend).batch_invariant:  # its sampled answers depend on the window
+        made["target.generate_batch"] = t.generate_batch
+    return made
+
+
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def provenance_path(path: Path) -> Path:
+    return path.with_name(path.name + ".provenance.json")
+
+
+def check_provenance(path: Path, want: dict, *, required: bool = True) -> None:
+    """Refuse `path` when its provenance record differs from `want` (naming every difference),
+    or, `required`, when it has none."""
+    side = provenance_path(path)
+    if not side.is_file():
+        if required:
+            raise ValueError(
+                f"{path} has no {side.name} (made before regeneration recorded its settings, "
+                "2026-12-05, or by another tool): how its answers were made is unknown; "
+                "regenerate it (move it away first)"
+            )
+        print(f"note: {path} has no {side.name}; only its prompts are checked", file=sys.stderr)
+        return
+    made = json.loads(side.read_text())["made_with"]
+    diff = [k for k in sorted(set(made) | set(want)) if made.get(k) != want.get(k)]
+    if diff:
+        said = "; ".join(f"{k}={made.get(k)!r} there, {want.get(k)!r} here" for k in diff)
+        raise ValueError(
+            f"{path} was regenerated with other settings ({said}): its answers are not what "
+            "these overrides make; regenerate it (move it away first) or use the settings it "
+            "was made with"
+        )
+
+
+def check_files(args) -> dict:
+    """`--check`: each file's provenance record must be what these overrides would make, and
+    its lines this stream's samples (loads the target's tokenizer and the prompts, no model)."""
+    from .target.models import check_tokenizer, load_target_spec, prepare_target_dir
+    from .workers import choose_backend
+
+    missing = [str(p) for p in args.check if not p.is_file()]
+    if missing:
+        raise FileNotFoundError(f"--check: no such file: {', '.join(missing)}")
+    cfg = compose_run_config(args.overrides)
+    device = pick_device(args.device)
+    model_dir = prepare_target_dir(cfg.target, seed=cfg.train.seed)
+    choose_backend(cfg, model_dir, device.type)
+    tok = check_tokenizer(model_dir, load_target_spec(model_dir))
+    want = provenance(cfg, model_dir, tok, device)
+    stream = PromptStream(load_prompts(cfg.data).train, cfg.data.shuffle_seed)
+    for path in args.check:
+        check_provenance(path, want)
+        check_prompts(stream, path, "--check")
+    return {"checked": [str(p) for p in args.check], "made_with": want}
+
+
+def pick_device(name: str) -> torch.device:
+    return torch.device(
+        ("cuda" if torch.cuda.is_available() else "cpu") if name == "auto" else name
+    )
+
+
 def check_extends(stream, path: Path, start: int) -> None:
     """Refuse to extend a file this stream did not write: it holds samples, each line's prompt
     is the stream's sample g, and every g lies below `start`."""
     if not path.is_file():
         raise FileNotFoundError(f"--extends {path} does not exist")
+    check_prompts(stream, path, "--extends", below=start)
+
+
+def check_prompts(stream, path: Path, flag: str, below: int | None = None) -> None:
+    """Refuse a file whose lines are not this stream's samples: each line is a sample g (below
+    `below`, when given) whose prompt is the stream's sample g; at least one line."""
     lines = 0
     with path.open(encoding="utf-8") as f:
         for lineno, line in enumerate(f, 1):
-            where = f"--extends {path}:{lineno}"
+            where = f"{flag} {path}:{lineno}"
             try:
                 row = json.loads(line)
                 g, prompt = row["g"], prompt_key(row["messages"])
@@ -126,17 +238,18 @@ def check_extends(stream, path: Path, start: int) -> None:
                 raise ValueError(
                     f"{where}: not a regenerated sample (a JSON object with g and messages)"
                 ) from None
-            if not isinstance(g, int) or not 0 <= g < start:
-                raise ValueError(f"{where}: sample g={g!r} is not in 0..{start - 1} (--start)")
+            if not isinstance(g, int) or g < 0 or (below is not None and g >= below):
+                bound = ">= 0" if below is None else f"0..{below - 1} (--start)"
+                raise ValueError(f"{where}: sample g={g!r} is not in {bound}")
             if prompt != prompt_key(stream[g]):
                 raise ValueError(
                     f"{where}: sample g={g} has another prompt than this stream's: the file was "
                     "written with other overrides, another source or another data.hold_out (the "
-                    "rule was rows before 2026-12-04); extend it with those"
+                    "rule was rows before 2026-12-04); use it with those"
                 )
             lines += 1
-    if lines == 0:
-        raise ValueError(f"--extends {path} holds no sample")
+    if lines == 0 and below is not None:
+        raise ValueError(f"{flag} {path} holds no sample")
 
 
 def fitting_ids(stream, tokenizer, limit: int, ids) -> list[int]:
@@ -147,6 +260,12 @@ def fitting_ids(stream, tokenizer, limit: int, ids) -> list[int]:
 
 def run(args) -> dict:
     """Write the file; returns a summary (samples, new tokens, rate)."""
+    if args.check is not None:
+        if args.out is not None or args.extends is not None:
+            raise ValueError("--check writes nothing: it takes no --out or --extends")
+        return check_files(args)
+    if args.out is None or args.samples is None:
+        raise ValueError("--out and --samples are required (or --check FILE...)")
     if args.samples < 1:
         raise ValueError(f"--samples must be >= 1, got {args.samples}")
     if not 0 <= args.start < args.samples:
@@ -156,12 +275,12 @@ def run(args) -> dict:
     cfg = compose_run_config(args.overrides)
     if not cfg.target.regenerate:
         raise ValueError("target.regenerate=false: there is nothing to regenerate")
-    device = torch.device(
-        ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
-    )
+    device = pick_device(args.device)
     backend, stream = target_and_stream(cfg, device)
+    made_with = provenance(cfg, backend.setup.model_dir, backend.tokenizer, device)
     if args.extends is not None:
         check_extends(stream, args.extends, args.start)
+        check_provenance(args.extends, made_with, required=False)
     if not backend.batch_invariant:
         print(
             f"note: target.backend={cfg.target.backend} seeds a window of samples together: "
@@ -191,9 +310,8 @@ def run(args) -> dict:
                     rows.append(row)
     rows.sort(key=lambda r: r["g"])
     partial.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    partial.rename(args.out)
     wall = time.perf_counter() - t0
-    return {
+    summary = {
         "out": str(args.out),
         "samples": len(gs) + long_prompts,
         "written": len(rows),
@@ -206,6 +324,13 @@ def run(args) -> dict:
         "wall_s": round(wall, 2),
         "samples_per_s": round(len(gs) / wall, 2),
     }
+    # the record first: a FILE in place always has its record
+    side = provenance_path(args.out)
+    tmp = side.with_name(side.name + ".partial")
+    tmp.write_text(json.dumps({"made_with": made_with, "summary": summary}, indent=1) + "\n")
+    tmp.rename(side)
+    partial.rename(args.out)
+    return summary
 
 
 def answer_row(backend, g: int, conversation, sample) -> dict | None:

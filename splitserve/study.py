@@ -171,13 +171,22 @@ class Study:
             )
 
     def regen_stages(self) -> list[Stage]:
+        """One stage per part not yet written; before them, while the parts are not merged, one
+        that checks the parts already there were made with this study's settings (a part may
+        come from another machine or an older checkout: docs/device.md)."""
         done = self.regen_file.is_file()
+        regen = [self.python, "-m", "splitserve.regenerate"]
+        overrides = [f"+recipe={self.cfg.recipe}", *self.cfg.common, *self.cfg.regen_extra]
+        made = [path for _, _, path in self.regen_parts() if path.is_file()]
         stages = []
+        if made and not done:
+            argv = [*regen, "--check", *map(str, made), "--", *overrides]
+            stages.append(Stage(f"check the {len(made)} regenerated part(s) here", argv, False))
         for start, end, path in self.regen_parts():
-            argv = [self.python, "-m", "splitserve.regenerate", "--out", str(path)]
-            argv += ["--samples", str(end), "--start", str(start)]
-            argv += [f"+recipe={self.cfg.recipe}", *self.cfg.common, *self.cfg.regen_extra]
-            stages.append(Stage(f"regenerate {start}..{end - 1}", argv, done or path.is_file()))
+            argv = [*regen, "--out", str(path), "--samples", str(end), "--start", str(start)]
+            stages.append(
+                Stage(f"regenerate {start}..{end - 1}", argv + overrides, done or path.is_file())
+            )
         return stages
 
     def merge_regen(self) -> None:

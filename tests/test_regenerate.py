@@ -32,6 +32,24 @@ def test_regenerated_shards_hold_the_online_samples_and_train_a_draft(tmp_path, 
     assert summaries[0]["skipped_long_prompt"] == 2 and summaries[0]["written"] == 1
     assert summaries[1]["samples"] == 3 and summaries[1]["shard"] == "1/2"
 
+    # each file's provenance record: --check passes them under the same overrides and names
+    # every difference under others (nothing loaded but the tokenizer)
+    records = [json.loads(p.with_name(p.name + ".provenance.json").read_text()) for p in parts]
+    assert records[0]["made_with"] == records[1]["made_with"]
+    assert records[1]["summary"] == summaries[1]
+    made = records[0]["made_with"]
+    assert made["target.max_new_tokens"] == 6 and made["data.max_prompt_tokens"] == 100
+    assert made["target.dir"].startswith("smollm2") and made["target.dtype"] == "float32"
+    check = ["--check", *map(str, parts), "--device", "cpu", "--"]
+    assert main(check + SHRUNK) == 0
+    assert json.loads(capsys.readouterr().out)["checked"] == [str(p) for p in parts]
+    assert main(check + SHRUNK + ["target.max_new_tokens=5", "train.seed=3"]) == 2
+    err = capsys.readouterr().err
+    assert f"{parts[0]} was regenerated with other settings" in err
+    assert "target.max_new_tokens=6 there, 5 here; train.seed=0 there, 3 here" in err
+    assert main(check + SHRUNK + ["data.shuffle_seed=5"]) == 2  # another prompt order
+    assert f"--check {parts[0]}:1: sample g=0 has another prompt" in capsys.readouterr().err
+
     # line g is what an online run's target makes as sample g (prompt, setting, seed)
     backend, stream = target_and_stream(compose_run_config(SHRUNK), torch.device("cpu"))
     by_g = {r["g"]: r for part in rows for r in part}
@@ -53,7 +71,8 @@ def test_regenerated_shards_hold_the_online_samples_and_train_a_draft(tmp_path, 
     head.write_text("".join(json.dumps(by_g[g]) + "\n" for g in (0, 1)))  # 2: long prompt
     ext = ["--samples", "6", "--start", "3", "--extends", str(head), "--device", "cpu"]
     assert main(["--out", str(tail)] + ext + SHRUNK) == 0
-    summary = json.loads(capsys.readouterr().out.splitlines()[-1])
+    first = capsys.readouterr()
+    summary = json.loads(first.out.splitlines()[-1])
     assert summary["start"] == 3 and summary["skipped_long_prompt"] == 1  # sample 4
     assert [json.loads(x) for x in tail.read_text().splitlines()] == [by_g[3], by_g[5]]
     # under another prompt order (another seed here; another data.hold_out alike) the head's
@@ -63,6 +82,17 @@ def test_regenerated_shards_hold_the_online_samples_and_train_a_draft(tmp_path, 
     err = capsys.readouterr().err
     assert f"--extends {head}:1: sample g=0 has another prompt than this stream's" in err
     assert not (tmp_path / "t2.jsonl").exists()
+    # a file without a record (an older one) is checked by its prompts alone; one whose record
+    # differs is refused, nothing written
+    assert "has no head.jsonl.provenance.json; only its prompts are checked" in first.err
+    record = dict(made, **{"target.sampling": [{"temperature": 0.5, "top_p": 1.0}]})
+    head.with_name("head.jsonl.provenance.json").write_text(json.dumps({"made_with": record}))
+    assert main(["--out", str(tmp_path / "t5.jsonl")] + ext + SHRUNK) == 2
+    assert "head.jsonl was regenerated with other settings (target.sampling=" in (
+        capsys.readouterr().err
+    )
+    assert not (tmp_path / "t5.jsonl").exists()
+    head.with_name("head.jsonl.provenance.json").unlink()
     ext[3] = "1"  # ids of the file at or past --start
     assert main(["--out", str(tmp_path / "t3.jsonl")] + ext + SHRUNK) == 2
     assert f"--extends {head}:2: sample g=1 is not in 0..0 (--start)" in capsys.readouterr().err

@@ -98,7 +98,14 @@ def test_the_plan_covers_every_sample_and_reads_its_state_from_the_files(tmp_pat
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps({"g": s}) + "\n")
     parts[2][2].with_name(parts[2][2].name + ".partial").write_text("{}\n")
-    assert [s.done for s in study.plan()[:4]] == [True, True, False, False]
+    # the parts there are checked against the study's settings first (they may come from another
+    # machine), then the rest regenerated
+    check, *regen = study.plan()[:5]
+    assert check.name == "check the 2 regenerated part(s) here" and not check.done
+    cut = check.argv.index("--check")
+    assert check.argv[cut + 1 : cut + 4] == [str(parts[0][2]), str(parts[1][2]), "--"]
+    assert check.argv[cut + 4 :] == regen[2].argv[regen[2].argv.index("--start") + 2 :]
+    assert [s.done for s in regen] == [True, True, False, False]
 
     run = study.run_dir("a")
     run.mkdir(parents=True)
@@ -235,6 +242,23 @@ def test_a_study_runs_end_to_end_and_resumes(tmp_path):
     proc = _study(tmp_path, one="draft.num_layers=2")
     assert proc.returncode == 2 and "job 'one'" in proc.stderr
     assert "trained with other overrides" in proc.stderr and "draft.num_layers=2" in proc.stderr
+
+    # a part made with other settings (as one carried from another machine could be), not yet
+    # merged: the check stage refuses it by name before anything runs on it
+    work = tmp_path / "work"
+    (work / "regen.jsonl").unlink()
+    (work / "regen.json").unlink()
+    [part] = sorted((work / "regen").glob("part-*.jsonl"))
+    side = part.with_name(part.name + ".provenance.json")
+    record = json.loads(side.read_text())
+    record["made_with"]["target.max_new_tokens"] = 7
+    side.write_text(json.dumps(record))
+    proc = _study(tmp_path)
+    assert proc.returncode == 2, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert f"{part} was regenerated with other settings (target.max_new_tokens=7 there" in (
+        proc.stderr
+    )
+    assert "error: check the 1 regenerated part(s) here failed (exit 2)" in proc.stderr
 
 
 @pytest.mark.slow
