@@ -13,7 +13,8 @@ one proposal must read (`proposal_bytes`) over the device's copy bandwidth measu
 run; the floors' ratio bounds what pruning can gain where a step runs at its floor. On CUDA:
 bf16, each step one CUDA-graph replay as the decoder replays it (serving.decoder.GraphedProposal),
 of a torch.compile'd proposal with --compile (as `serving.evaluate --compile` decodes); elsewhere
-fp32, eager (a smoke run: CPU timings say little about a GPU's). Writes the JSON report to --out.
+fp32, eager (a smoke run: CPU timings say little about a GPU's). --profile (CUDA) adds each
+replay's kernels (benchlib.kernel_table). Writes the JSON report to --out.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchlib import copy_bandwidth, timed, write_report  # noqa: E402
+from benchlib import copy_bandwidth, kernel_table, timed, write_report  # noqa: E402
 
 from draft_models import DraftConfig, DSparkProposer, FrozenTargetHead, TargetSpec  # noqa: E402
 from draft_models.models import build_draft  # noqa: E402
@@ -93,6 +94,9 @@ def step_ms(draft, args, device) -> dict[str, float]:
     out = {"read_bytes": proposal_bytes(draft, proposer, n)}
     for name, temperature in (("greedy_ms", 0.0), ("t1_ms", 1.0)):
         out[name] = 1000 * timed(lambda t=temperature: propose(anchor, n, t), args.repeats, device)
+        if args.profile:  # where the replay's time goes, kernel by kernel
+            kernels = kernel_table(lambda t=temperature: propose(anchor, n, t), device)
+            out[name.replace("_ms", "_kernels")] = kernels
     return out
 
 
@@ -115,6 +119,7 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--compile", action="store_true", help="graph a torch.compile'd proposal (CUDA)"
     )
+    ap.add_argument("--profile", action="store_true", help="list each replay's kernels (CUDA)")
     args = ap.parse_args(argv)
     if not args.block < args.k < args.vocab:
         ap.error(f"--k {args.k}: need --block ({args.block}) < K < --vocab ({args.vocab})")
@@ -124,6 +129,8 @@ def main(argv=None) -> int:
         ap.error(
             "--compile: the compiled proposal is captured in CUDA graphs; it needs --device cuda"
         )
+    if args.profile and device.type != "cuda":
+        ap.error("--profile lists a graph replay's CUDA kernels; it needs --device cuda")
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     spec = TargetSpec(
         model_type="llama",

@@ -4,6 +4,7 @@ proposal step and records what it ran."""
 import subprocess
 import sys
 
+import pytest
 from conftest import ROOT, script_report
 
 
@@ -36,10 +37,17 @@ def test_bench_draft_vocab_times_both_vocabularies(tmp_path):
     assert report["floor_speedup"] == report["full"]["floor_ms"] / report["pruned"]["floor_ms"]
 
 
-def test_compile_without_cuda_is_refused_by_name(tmp_path):
+@pytest.mark.parametrize(
+    "flag, said",
+    [
+        ("--compile", "--compile: the compiled proposal is captured in CUDA graphs"),
+        ("--profile", "--profile lists a graph replay's CUDA kernels; it needs --device cuda"),
+    ],
+)
+def test_cuda_only_flags_are_refused_by_name_on_cpu(tmp_path, flag, said):
     script = str(ROOT / "scripts" / "bench_draft_vocab.py")
-    argv = [sys.executable, script, "--out", str(tmp_path / "r.json"), "--compile"]
+    argv = [sys.executable, script, "--out", str(tmp_path / "r.json"), flag]
     proc = subprocess.run([*argv, "--device", "cpu"], capture_output=True, text=True)
     assert proc.returncode == 2, proc.stderr[-500:]
-    assert "--compile: the compiled proposal is captured in CUDA graphs" in proc.stderr
+    assert said in proc.stderr
     assert not (tmp_path / "r.json").exists()
