@@ -167,12 +167,10 @@ def heaviest_ops(run, device, top: int = 8) -> list[dict]:
 
 
 def _is_range(event) -> bool:
-    """A record_function range, not an operator (torch names them user annotations; the name
-    rules stand in where a torch lacks the flag)."""
-    flag = getattr(event, "is_user_annotation", None)
-    if flag is not None:
-        return bool(flag)
-    return event.key.startswith(("splitserve.", "Optimizer."))
+    """A record_function range, not an operator (torch flags them as user annotations; the
+    name rules catch the trainer's and the optimizer's wherever a torch leaves the flag off)."""
+    flagged = bool(getattr(event, "is_user_annotation", False))
+    return flagged or event.key.startswith(("splitserve.", "Optimizer."))
 
 
 def optimizer_kernels(trainer, samples, ids, accum: int = 1, top: int = 8) -> list[dict]:

@@ -1,6 +1,6 @@
 """`python -m splitserve.regenerate --out FILE --samples N [--start S] [--shard K/M] [--
 overrides]`: the target's answers to a run's training prompt stream, written once as a
-jsonl_chat file.
+jsonl_chat file (`--check FILE... -- [overrides]`: checks files written before).
 
 Why: drafts compared at an equal budget should train on the same samples, and regenerating is
 most of a target's work. A file written here trains any number of drafts with
@@ -34,11 +34,12 @@ took longest). The file is written as
 FILE.partial and renamed when complete; an existing FILE is never overwritten.
 
 Beside FILE, FILE.provenance.json records what its answers depend on beyond their prompts (the
-target's directory, config and chat template, the backend and dtype that ran it, the generation
-settings: `provenance`), written before FILE is renamed into place. `--extends` refuses a file
-whose record differs from this run's; `--check FILE... -- [overrides]` writes nothing: it refuses
-files whose record or prompts differ from what these overrides make (the study checks parts
-carried from another machine this way).
+target's files and, embedded, its directory; the backend and dtype that ran it; the generation
+settings: `provenance`) and FILE's SHA-256, written before FILE is renamed into place.
+`--extends` refuses a file whose record differs from this run's (a file without one is checked
+by its prompts alone); `--check FILE... -- [overrides]` writes nothing: it refuses files whose
+record, contents or prompts differ from what these overrides make, and files without a record
+(the study checks parts carried from another machine this way).
 """
 
 from __future__ import annotations
@@ -130,18 +131,25 @@ def provenance(cfg, model_dir: Path, tokenizer, device: torch.device) -> dict:
     """What a file's answers depend on beyond their prompts (check_extends checks those), for a
     run whose target.backend is resolved: files made with different values hold different
     answers to the same sample ids, so none may extend or stand in for another. The target is
-    named by its directory (embedded targets name their prompt format and dtype there), its
-    config (transformers' version left out) and chat template; weights are not hashed."""
+    named by its files that shape answers (config, generation config with its end tokens,
+    tokenizer, chat template; transformers' version left out of the config) and, for the
+    embedded targets, by their directory, which names their prompt format and dtype (a user's
+    directory is not: its path differs between machines). Weights are not hashed: a target
+    with other weights in the same files passes. A config saved by another transformers
+    version may be written differently and is refused though its answers would be the same."""
     from .target.backends.base import backend_class
     from .target.config import resolve_dtype
 
-    t = cfg.target
-    config = json.loads((Path(model_dir) / "config.json").read_text())
+    t, model_dir = cfg.target, Path(model_dir)
+    config = json.loads((model_dir / "config.json").read_text())
     config.pop("transformers_version", None)
-    made = {
-        "target.kind": t.kind,
-        "target.dir": Path(model_dir).name,
+    made = {"target.kind": t.kind}
+    if t.kind != "path":
+        made["target.dir"] = model_dir.name
+    made |= {
         "target.config_sha256": _sha256(json.dumps(config, sort_keys=True)),
+        "target.generation_config_sha256": _file_sha256(model_dir / "generation_config.json"),
+        "target.tokenizer_sha256": _file_sha256(model_dir / "tokenizer.json"),
         "target.chat_template_sha256": _sha256(tokenizer.chat_template or ""),
         "target.backend": t.backend,
         "target.dtype": str(resolve_dtype(t.dtype, device)).removeprefix("torch."),
@@ -160,31 +168,48 @@ def _sha256(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+def _file_sha256(path: Path) -> str | None:
+    """The file's SHA-256, None where it does not exist."""
+    return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
+
+
 def provenance_path(path: Path) -> Path:
     return path.with_name(path.name + ".provenance.json")
 
 
 def check_provenance(path: Path, want: dict, *, required: bool = True) -> None:
-    """Refuse `path` when its provenance record differs from `want` (naming every difference),
-    or, `required`, when it has none."""
+    """Refuse `path` when its provenance record differs from `want` (naming every difference)
+    or its contents from those the record was written with (a file cut short or edited); or,
+    `required`, when it has no record."""
     side = provenance_path(path)
+    away = f"move {path.name} and {side.name} away first"
     if not side.is_file():
         if required:
             raise ValueError(
                 f"{path} has no {side.name} (made before regeneration recorded its settings, "
                 "2026-12-05, or by another tool): how its answers were made is unknown; "
-                "regenerate it (move it away first)"
+                f"regenerate it (move {path.name} away first)"
             )
         print(f"note: {path} has no {side.name}; only its prompts are checked", file=sys.stderr)
         return
-    made = json.loads(side.read_text())["made_with"]
+    try:
+        record = json.loads(side.read_text())
+        made = record["made_with"]
+    except (json.JSONDecodeError, KeyError, TypeError):
+        raise ValueError(
+            f"{side}: not a provenance record (a JSON object with made_with)"
+        ) from None
     diff = [k for k in sorted(set(made) | set(want)) if made.get(k) != want.get(k)]
     if diff:
         said = "; ".join(f"{k}={made.get(k)!r} there, {want.get(k)!r} here" for k in diff)
         raise ValueError(
             f"{path} was regenerated with other settings ({said}): its answers are not what "
-            "these overrides make; regenerate it (move it away first) or use the settings it "
-            "was made with"
+            f"these overrides make; regenerate it ({away}) or use the settings it was made with"
+        )
+    if "file_sha256" in record and _file_sha256(path) != record["file_sha256"]:
+        raise ValueError(
+            f"{path} is not the file its record was written with (SHA-256 differs: cut short "
+            f"or edited, e.g. a copy that did not finish); copy it again or regenerate it ({away})"
         )
 
 
@@ -196,7 +221,11 @@ def check_files(args) -> dict:
 
     missing = [str(p) for p in args.check if not p.is_file()]
     if missing:
-        raise FileNotFoundError(f"--check: no such file: {', '.join(missing)}")
+        hint = " (Hydra overrides go after --: --check FILE... -- +recipe=...)"
+        raise FileNotFoundError(
+            f"--check: no such file: {', '.join(missing)}"
+            + (hint if any("=" in m for m in missing) else "")
+        )
     cfg = compose_run_config(args.overrides)
     device = pick_device(args.device)
     model_dir = prepare_target_dir(cfg.target, seed=cfg.train.seed)
@@ -327,7 +356,8 @@ def run(args) -> dict:
     # the record first: a FILE in place always has its record
     side = provenance_path(args.out)
     tmp = side.with_name(side.name + ".partial")
-    tmp.write_text(json.dumps({"made_with": made_with, "summary": summary}, indent=1) + "\n")
+    record = {"made_with": made_with, "file_sha256": _file_sha256(partial), "summary": summary}
+    tmp.write_text(json.dumps(record, indent=1) + "\n")
     tmp.rename(side)
     partial.rename(args.out)
     return summary

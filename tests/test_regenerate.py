@@ -1,6 +1,7 @@
 """splitserve.regenerate: the target's answers written once, as an online run would make them,
 then trained on by a run that does not regenerate (the real SmolLM2 target on CPU)."""
 
+import hashlib
 import json
 from types import SimpleNamespace
 
@@ -38,6 +39,7 @@ def test_regenerated_shards_hold_the_online_samples_and_train_a_draft(tmp_path, 
     assert records[0]["made_with"] == records[1]["made_with"]
     assert records[1]["summary"] == summaries[1]
     made = records[0]["made_with"]
+    assert records[0]["file_sha256"] == hashlib.sha256(parts[0].read_bytes()).hexdigest()
     assert made["target.max_new_tokens"] == 6 and made["data.max_prompt_tokens"] == 100
     assert made["target.dir"].startswith("smollm2") and made["target.dtype"] == "float32"
     check = ["--check", *map(str, parts), "--device", "cpu", "--"]
@@ -49,6 +51,19 @@ def test_regenerated_shards_hold_the_online_samples_and_train_a_draft(tmp_path, 
     assert "target.max_new_tokens=6 there, 5 here; train.seed=0 there, 3 here" in err
     assert main(check + SHRUNK + ["data.shuffle_seed=5"]) == 2  # another prompt order
     assert f"--check {parts[0]}:1: sample g=0 has another prompt" in capsys.readouterr().err
+    # a copy cut short (its last line lost) no longer matches the SHA-256 in its record
+    cut = tmp_path / "cut" / parts[1].name
+    cut.parent.mkdir()
+    cut.write_text("".join(parts[1].read_text().splitlines(keepends=True)[:-1]))
+    side = parts[1].name + ".provenance.json"
+    (cut.parent / side).write_text((tmp_path / side).read_text())
+    assert main(["--check", str(cut), "--device", "cpu", "--"] + SHRUNK) == 2
+    err = capsys.readouterr().err
+    assert f"{cut} is not the file its record was written with (SHA-256 differs" in err
+    assert f"move {cut.name} and {side} away first" in err
+    # overrides without `--` are read as files: named, with the way to write them
+    assert main(["--check", str(parts[0]), "+recipe=smol"]) == 2
+    assert "no such file: +recipe=smol (Hydra overrides go after --" in capsys.readouterr().err
 
     # line g is what an online run's target makes as sample g (prompt, setting, seed)
     backend, stream = target_and_stream(compose_run_config(SHRUNK), torch.device("cpu"))
@@ -140,3 +155,26 @@ def test_regenerated_shards_hold_the_online_samples_and_train_a_draft(tmp_path, 
         tmp_path / "run",
     )
     assert summary["steps"] == 2
+
+
+def test_a_users_target_directory_is_named_by_its_files_not_its_path(tmp_path):
+    """kind=path: the provenance of a directory holds no path or folder name (they differ
+    between machines); the same files give the record the embedded target gives but for that."""
+    import shutil
+
+    from splitserve.regenerate import provenance
+    from splitserve.target.models import check_tokenizer, load_target_spec, prepare_target_dir
+
+    cpu = torch.device("cpu")
+    embedded = compose_run_config(SHRUNK)
+    src = prepare_target_dir(embedded.target)
+    copy = shutil.copytree(
+        src, tmp_path / "any-name", ignore=shutil.ignore_patterns("*.safetensors")
+    )
+    user = compose_run_config(SHRUNK + ["target.kind=path", f"target.path={copy}"])
+    user.target.backend = embedded.target.backend = "hf"
+    tok = check_tokenizer(src, load_target_spec(src))
+    a, b = provenance(embedded, src, tok, cpu), provenance(user, copy, tok, cpu)
+    assert a.pop("target.dir") == src.name and "target.dir" not in b
+    assert a.pop("target.kind") == "smollm2" and b.pop("target.kind") == "path"
+    assert a == b and b["target.generation_config_sha256"] and b["target.tokenizer_sha256"]
