@@ -23,18 +23,22 @@ def test_bench_draft_vocab_times_both_vocabularies(tmp_path):
         assert row["greedy_ms"] > 0 and row["t1_ms"] > 0
     assert report["speedup_greedy"] == report["full"]["greedy_ms"] / report["pruned"]["greedy_ms"]
     # bytes a proposal reads at the least (fp32 here): 1 layer (q 32x32, k/v 16x32 each, o 32x32,
-    # MLP 3 x 64x32, 2 norms of 32, q/k norms of 8), the final and hidden norms (32 each), the
-    # output head, Markov W2, the confidence head (32 + 8 inputs and a bias), and 16 positions'
-    # keys and values (2 heads of 8); not fc nor Markov W1 (an embedding: rows gathered)
-    shared = (32 * 32 * 2 + 16 * 32 * 2 + 3 * 64 * 32 + 2 * 32 + 2 * 8) + 2 * 32 + (40 + 1)
+    # MLP 3 x 64x32, 2 norms of 32, q/k norms of 8), the final norm (32), the output head,
+    # Markov W2, the confidence head (32 + 8 inputs and a bias), and 16 positions' keys and
+    # values (2 heads of 8); not fc and hidden_norm (commit only) nor Markov W1 (rows gathered)
+    shared = (32 * 32 * 2 + 16 * 32 * 2 + 3 * 64 * 32 + 2 * 32 + 2 * 8) + 32 + (40 + 1)
     kv = 16 * 2 * (2 * 8)
     assert report["full"]["read_bytes"] == 4 * (shared + 300 * 32 + 300 * 8 + kv)
     assert report["pruned"]["read_bytes"] == 4 * (shared + 40 * 32 + 40 * 8 + kv)
     bandwidth = report["copy_gb_per_s"] * 1e9
-    for row in (report["full"], report["pruned"]):
-        assert row["floor_ms"] == 1000 * row["read_bytes"] / bandwidth
+    for row in (report["full"], report["pruned"]):  # (the report rounds nothing)
+        assert row["floor_ms"] == pytest.approx(1000 * row["read_bytes"] / bandwidth, rel=1e-12)
         assert row["greedy_over_floor"] == row["greedy_ms"] / row["floor_ms"]
-    assert report["floor_speedup"] == report["full"]["floor_ms"] / report["pruned"]["floor_ms"]
+    ratio = report["full"]["read_bytes"] / report["pruned"]["read_bytes"]
+    assert report["floor_speedup"] == pytest.approx(ratio, rel=1e-12)
+    # Markov W2 ([300 or 40, 8]) read for each of the 4 slots: 3 more reads
+    for row, rows in ((report["full"], 300), (report["pruned"], 40)):
+        assert row["read_bytes_w2_per_slot"] == row["read_bytes"] + 3 * 4 * rows * 8
 
 
 @pytest.mark.parametrize(
