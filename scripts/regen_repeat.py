@@ -46,7 +46,12 @@ from benchlib import write_report
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout, installed or not
 from serving import cli  # noqa: E402
-from splitserve.regenerate import compose_run_config, fitting_ids, target_and_stream  # noqa: E402
+from splitserve.regenerate import (  # noqa: E402
+    compose_run_config,
+    fitting_ids,
+    pick_device,
+    target_and_stream,
+)
 
 
 def compare(a_ids, b_ids, a_final, b_final, prompt_len: int) -> dict:
@@ -114,9 +119,7 @@ def main(argv=None) -> None:
     if args.deterministic:  # cuBLAS reads it when its handle is made: before any CUDA work
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
         torch.use_deterministic_algorithms(True, warn_only=True)
-    device = torch.device(
-        ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
-    )
+    device = pick_device(args.device)
     cfg = compose_run_config(args.overrides)
     if cfg.target.backend not in ("static", "auto") or not cfg.target.regenerate:
         p.error(

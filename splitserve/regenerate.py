@@ -148,8 +148,8 @@ def provenance(cfg, model_dir: Path, tokenizer, device: torch.device) -> dict:
         made["target.dir"] = model_dir.name
     made |= {
         "target.config_sha256": _sha256(json.dumps(config, sort_keys=True)),
-        "target.generation_config_sha256": _file_sha256(model_dir / "generation_config.json"),
-        "target.tokenizer_sha256": _file_sha256(model_dir / "tokenizer.json"),
+        "target.generation_config_sha256": file_sha256(model_dir / "generation_config.json"),
+        "target.tokenizer_sha256": file_sha256(model_dir / "tokenizer.json"),
         "target.chat_template_sha256": _sha256(tokenizer.chat_template or ""),
         "target.backend": t.backend,
         "target.dtype": str(resolve_dtype(t.dtype, device)).removeprefix("torch."),
@@ -168,9 +168,15 @@ def _sha256(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _file_sha256(path: Path) -> str | None:
-    """The file's SHA-256, None where it does not exist."""
-    return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
+def file_sha256(path: Path) -> str | None:
+    """The file's SHA-256 (read in 1 MiB blocks), None where it does not exist."""
+    if not path.is_file():
+        return None
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def provenance_path(path: Path) -> Path:
@@ -206,7 +212,7 @@ def check_provenance(path: Path, want: dict, *, required: bool = True) -> None:
             f"{path} was regenerated with other settings ({said}): its answers are not what "
             f"these overrides make; regenerate it ({away}) or use the settings it was made with"
         )
-    if "file_sha256" in record and _file_sha256(path) != record["file_sha256"]:
+    if "file_sha256" in record and file_sha256(path) != record["file_sha256"]:
         raise ValueError(
             f"{path} is not the file its record was written with (SHA-256 differs: cut short "
             f"or edited, e.g. a copy that did not finish); copy it again or regenerate it ({away})"
@@ -356,7 +362,7 @@ def run(args) -> dict:
     # the record first: a FILE in place always has its record
     side = provenance_path(args.out)
     tmp = side.with_name(side.name + ".partial")
-    record = {"made_with": made_with, "file_sha256": _file_sha256(partial), "summary": summary}
+    record = {"made_with": made_with, "file_sha256": file_sha256(partial), "summary": summary}
     tmp.write_text(json.dumps(record, indent=1) + "\n")
     tmp.rename(side)
     partial.rename(args.out)

@@ -20,7 +20,6 @@ state without running anything. Stages run one after another; each job trains wi
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import json
 import shlex
 import subprocess
@@ -33,6 +32,8 @@ import hydra
 from omegaconf import DictConfig
 
 from draft_models.config_io import load_dataclass
+
+from .regenerate import file_sha256
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -343,7 +344,7 @@ class Study:
             "commit": git_commit(),
             "recipe": self.cfg.recipe,
             "budget_samples": self.steps * self.cfg.micro_batch,
-            "data_sha256": sha256(self.regen_file),
+            "data_sha256": file_sha256(self.regen_file),
             "jobs": self.cfg.jobs,
             "evaluate": {
                 "benches": self.cfg.evaluate.benches,
@@ -364,14 +365,6 @@ class Study:
         tmp.write_text(json.dumps(results, indent=1) + "\n")
         tmp.rename(path)
         return path
-
-
-def sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def git_commit() -> str | None:
