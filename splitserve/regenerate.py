@@ -241,7 +241,7 @@ def check_files(args) -> dict:
     stream = PromptStream(load_prompts(cfg.data).train, cfg.data.shuffle_seed)
     for path in args.check:
         check_provenance(path, want)
-        check_prompts(stream, path, "--check")
+        check_prompts(stream, path, "--check", recorded_ids(path), "its record's ids")
     return {"checked": [str(p) for p in args.check], "made_with": want}
 
 
@@ -251,17 +251,32 @@ def pick_device(name: str) -> torch.device:
     )
 
 
+def recorded_ids(path: Path) -> range | None:
+    """The sample ids a regenerated file was written for (--start, --samples, --shard), from
+    its provenance record; None for a record from before 2026-12-06, which lacks the end."""
+    summary = json.loads(provenance_path(path).read_text()).get("summary", {})
+    if "end" not in summary:
+        return None
+    k, m = parse_shard(summary["shard"])
+    start = summary["start"]
+    return range(start + (k - start) % m, summary["end"], m)
+
+
 def check_extends(stream, path: Path, start: int) -> None:
     """Refuse to extend a file this stream did not write: it holds samples, each line's prompt
     is the stream's sample g, and every g lies below `start`."""
     if not path.is_file():
         raise FileNotFoundError(f"--extends {path} does not exist")
-    check_prompts(stream, path, "--extends", below=start)
+    if check_prompts(stream, path, "--extends", range(start), "--start") == 0:
+        raise ValueError(f"--extends {path} holds no sample")
 
 
-def check_prompts(stream, path: Path, flag: str, below: int | None = None) -> None:
-    """Refuse a file whose lines are not this stream's samples: each line is a sample g (below
-    `below`, when given) whose prompt is the stream's sample g; at least one line."""
+def check_prompts(
+    stream, path: Path, flag: str, ids: range | None = None, whose: str | None = None
+) -> int:
+    """Refuse a file whose lines are not this stream's samples: each line is a sample g (one
+    of `ids`, when given: `whose` says where they come from) whose prompt is the stream's
+    sample g. Returns the number of lines."""
     lines = 0
     with path.open(encoding="utf-8") as f:
         for lineno, line in enumerate(f, 1):
@@ -273,9 +288,8 @@ def check_prompts(stream, path: Path, flag: str, below: int | None = None) -> No
                 raise ValueError(
                     f"{where}: not a regenerated sample (a JSON object with g and messages)"
                 ) from None
-            if not isinstance(g, int) or g < 0 or (below is not None and g >= below):
-                bound = ">= 0" if below is None else f"0..{below - 1} (--start)"
-                raise ValueError(f"{where}: sample g={g!r} is not in {bound}")
+            if not isinstance(g, int) or g < 0 or (ids is not None and g not in ids):
+                raise ValueError(f"{where}: sample g={g!r} is not in {describe(ids, whose)}")
             if prompt != prompt_key(stream[g]):
                 raise ValueError(
                     f"{where}: sample g={g} has another prompt than this stream's: the file was "
@@ -283,8 +297,15 @@ def check_prompts(stream, path: Path, flag: str, below: int | None = None) -> No
                     "rule was rows before 2026-12-04); use it with those"
                 )
             lines += 1
-    if lines == 0 and below is not None:
-        raise ValueError(f"{flag} {path} holds no sample")
+    return lines
+
+
+def describe(ids: range | None, whose: str | None) -> str:
+    """Sample ids as a reader names them: `0..4 (--start)`, `1..9 step 2 (its record's ids)`."""
+    if ids is None:
+        return ">= 0"
+    step = f" step {ids.step}" if ids.step != 1 else ""
+    return f"{ids.start}..{ids.stop - 1}{step} ({whose})"
 
 
 def fitting_ids(stream, tokenizer, limit: int, ids) -> list[int]:
@@ -353,6 +374,7 @@ def run(args) -> dict:
         "skipped_long_prompt": long_prompts,
         "skipped_empty": len(gs) - len(rows),
         "start": args.start,
+        "end": args.samples,
         "shard": f"{k}/{m}",
         "new_tokens": sum(r["new_tokens"] for r in rows),
         "ended_by_target": sum(r["ended"] for r in rows),

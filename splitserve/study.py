@@ -33,7 +33,7 @@ from omegaconf import DictConfig
 
 from draft_models.config_io import load_dataclass
 
-from .regenerate import file_sha256
+from .regenerate import describe, file_sha256, provenance_path, recorded_ids
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -160,7 +160,18 @@ class Study:
 
     def check_regen(self) -> None:
         """Refuse a work dir whose regenerated data were made with other settings (reusing them
-        would train on the wrong prompts or too few samples)."""
+        would train on the wrong prompts or too few samples), or a part whose record says it
+        holds other samples than its name (a part renamed or carried into the wrong place would
+        repeat some samples and lose others when merged)."""
+        for start, end, part in self.regen_parts():
+            if not (part.is_file() and provenance_path(part).is_file()):
+                continue  # none, or no record: the check stage refuses it by name
+            ids = recorded_ids(part)
+            if ids is not None and (ids.start, ids.stop, ids.step) != (start, end, 1):
+                raise ValueError(
+                    f"{part} was regenerated for samples {describe(ids, 'its record')}, not "
+                    f"{start}..{end - 1}: move it and its record away, or to their own name"
+                )
         path = self.work / "regen.json"
         if not path.is_file():
             return

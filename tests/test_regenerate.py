@@ -61,6 +61,16 @@ def test_regenerated_shards_hold_the_online_samples_and_train_a_draft(tmp_path, 
     err = capsys.readouterr().err
     assert f"{cut} is not the file its record was written with (SHA-256 differs" in err
     assert f"move {cut.name} and {side} away first" in err
+    # a record says which samples its file was written for: a line from elsewhere is refused
+    # (shard 1/2 of 0..5: samples 1, 3, 5), though its prompt is this stream's
+    moved = tmp_path / "moved" / parts[1].name
+    moved.parent.mkdir()
+    moved.write_text(parts[0].read_text() + parts[1].read_text())
+    record = records[1] | {"file_sha256": hashlib.sha256(moved.read_bytes()).hexdigest()}
+    (moved.parent / side).write_text(json.dumps(record))
+    assert main(["--check", str(moved), "--device", "cpu", "--"] + SHRUNK) == 2
+    err = capsys.readouterr().err
+    assert f"--check {moved}:1: sample g=0 is not in 1..5 step 2 (its record's ids)" in err
     # overrides without `--` are read as files: named, with the way to write them
     assert main(["--check", str(parts[0]), "+recipe=smol"]) == 2
     assert "no such file: +recipe=smol (Hydra overrides go after --" in capsys.readouterr().err

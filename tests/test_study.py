@@ -106,6 +106,19 @@ def test_the_plan_covers_every_sample_and_reads_its_state_from_the_files(tmp_pat
     assert check.argv[cut + 1 : cut + 4] == [str(parts[0][2]), str(parts[1][2]), "--"]
     assert check.argv[cut + 4 :] == regen[2].argv[regen[2].argv.index("--start") + 2 :]
     assert [s.done for s in regen] == [True, True, False, False]
+    # a part whose record names other samples (renamed, or unpacked in the wrong place) would
+    # repeat and lose samples when merged: refused before anything runs
+    study.check_regen()
+    side = parts[1][2].with_name(parts[1][2].name + ".provenance.json")
+    side.write_text(json.dumps({"summary": {"start": 0, "end": 30, "shard": "0/1"}}))
+    with pytest.raises(
+        ValueError,
+        match=r"part-000000030-000000060.jsonl was regenerated for "
+        r"samples 0..29 \(its record\), not 30..59: move it",
+    ):
+        study.check_regen()
+    side.write_text(json.dumps({"summary": {"start": 30, "end": 60, "shard": "0/1"}}))
+    study.check_regen()
 
     run = study.run_dir("a")
     run.mkdir(parents=True)
