@@ -62,13 +62,15 @@ def _op():
         m_i = tl.full((BLOCK_R,), float("-inf"), tl.float32)
         l_i = tl.zeros((BLOCK_R,), tl.float32)
         acc = tl.zeros((BLOCK_R, D), tl.float32)
+        # inside torch.compile, Inductor passes the Python float `scale` as fp64: cast it once,
+        # or every score tile is multiplied in fp64
+        scale32 = tl.cast(scale, tl.float32)
         for k0 in range(lo, hi, BLOCK_K):
             kidx = k0 + tl.arange(0, BLOCK_K)
             kin = kidx < hi
             offs = base + kidx[:, None].to(tl.int64) * sc_l + d[None, :]
             kt = tl.load(kc + offs, mask=kin[:, None], other=0.0)
-            # the cast: inside torch.compile, Inductor passes the Python float `scale` as fp64
-            s = (tl.dot(qt, tl.trans(kt)) * scale).to(tl.float32)
+            s = tl.dot(qt, tl.trans(kt)) * scale32
             seen = (kidx[None, :] <= qpos[:, None]) & kin[None, :]
             if WINDOW:
                 seen = seen & (kidx[None, :] > qpos[:, None] - window)
