@@ -175,6 +175,14 @@ def test_sampler_draws_from_the_tempered_nucleus_and_argmax_at_zero():
         freq = torch.bincount(drawn, minlength=49)[[0, 9, 30]].float() / n
         law = (peaked[0, [0, 9, 30]] / 0.1).softmax(-1)
         torch.testing.assert_close(freq, law, atol=0.01, rtol=0)
+    # the draw walks the vocabulary in its own order, the nucleus only masks it: top_p 1 draws
+    # what the sort-free path draws, over a near-uniform 49k vocabulary too (a CDF walked in
+    # sorted order would move whenever two near-equal logits traded places)
+    flat = torch.randn(500, 49152, generator=torch.Generator().manual_seed(3)) * 0.1
+    args = (seed[:500], pos[:500], ones[:500])
+    assert torch.equal(
+        sample_rows(flat, *args, ones[:500], True), sample_rows(flat, *args, ones[:500], False)
+    )
     from draft_models.sampling import unit_interval
 
     ends = unit_interval(torch.tensor([0, 255, 256, (1 << 31) - 256, (1 << 31) - 1]))

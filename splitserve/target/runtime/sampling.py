@@ -5,10 +5,10 @@ in flight, so a generator stream shared by the batch would make a sample's token
 neighbours (and a resumed run would have to rebuild the same batch to get the same samples). Here
 the uniform that draws the token at position p of a row seeded s is a hash of (s, p): a sample's
 tokens depend only on its own seed and its own logits, whatever the batch, the slot or the step.
-The sampler inverts the CDF of softmax(logits / T) (restricted to the nucleus) at one
-counter uniform per row: the same law as a Gumbel-max draw, without a hash per vocabulary entry
-(on one H200 the per-entry hashes and the scatter back from the sort took about a sixth of a
-SmolLM2 regeneration step); temperature 0 is argmax.
+The sampler inverts the CDF of softmax(logits / T) (restricted to the nucleus), in vocabulary
+order, at one counter uniform per row: the same law as a Gumbel-max draw, without a hash per
+vocabulary entry (on one H200 the per-entry hashes and the scatter back from the sort took about
+a sixth of a SmolLM2 regeneration step); temperature 0 is argmax.
 """
 
 from __future__ import annotations
@@ -31,13 +31,18 @@ def sample_rows(
     `nucleus=False` path skips the sort when no row uses top_p < 1). No host reads."""
     logits = logits.float()
     scaled = logits / temperature.clamp_min(1e-6)[:, None]
-    if nucleus:
-        ordered, order = scaled.sort(dim=-1, descending=True)
-        probs = ordered.softmax(-1)
-        before = probs.cumsum(-1) - probs  # mass of the more likely tokens
-        probs = probs.masked_fill(before > top_p[:, None], 0.0)
-    else:
-        probs, order = scaled.softmax(-1), None
+    probs = scaled.softmax(-1)
+    if nucleus:  # the sort finds the nucleus's smallest probability; the draw stays in
+        # vocabulary order: a CDF walked in sorted order moves whenever two near-equal logits
+        # trade places (a 1e-6 change in the logits, as from a compiled step, redrew ~1 % of
+        # the rows of a near-uniform 49k vocabulary), while this one moves only when a token
+        # enters or leaves the nucleus
+        ordered = probs.sort(dim=-1, descending=True).values
+        mass = ordered.double().cumsum(-1)
+        before = torch.cat([mass.new_zeros(mass.shape[0], 1), mass[:, :-1]], -1)
+        kept = (before <= top_p[:, None]).sum(-1, keepdim=True)  # a prefix: `before` rises
+        smallest = ordered.gather(-1, kept - 1).masked_fill(top_p[:, None] >= 1, 0.0)
+        probs = probs.masked_fill(probs < smallest, 0.0)
     cdf = probs.double().cumsum(-1)  # fp64: monotone, and exact enough at 150k entries
     u = counter_row_uniform(seed, pos).double()[:, None] * cdf[:, -1:]
     # the first entry whose cumulative mass passes u has probability > 0; rounding aside, the
@@ -45,5 +50,4 @@ def sample_rows(
     # first peaks: in vocabulary order they need not be a prefix)
     last = (probs > 0).cumsum(-1).argmax(-1, keepdim=True)
     idx = torch.searchsorted(cdf, u, right=True).minimum(last)
-    drawn = (idx if order is None else order.gather(-1, idx))[:, 0]
-    return torch.where(temperature > 0, drawn, logits.argmax(-1))
+    return torch.where(temperature > 0, idx[:, 0], logits.argmax(-1))
