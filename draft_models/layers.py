@@ -151,14 +151,26 @@ class InjectedDecoderLayer(nn.Module):
         """`ctx_k`/`ctx_v`: this layer's keys/values of the injected context (`attn.kv` of the fused
         target states; cached across decode steps). `plan` covers queries `x_index` against the
         context keys followed by `x_index`."""
+        normed, q, blk_k, blk_v = self.enter(x, x_index.pos)
+        o = plan(q, torch.cat((ctx_k, blk_k)), torch.cat((ctx_v, blk_v)), self.self_attn.scale)
+        return self.leave(x, o, normed)
+
+    def enter(self, x: torch.Tensor, pos: torch.Tensor):
+        """Everything before attention: the norm, the block's queries, keys and values."""
         attn = self.self_attn
         normed = self.input_layernorm(x)
-        blk_k, blk_v = attn.kv(normed, x_index.pos)
-        o = plan(
-            attn.q(normed, x_index.pos),
-            torch.cat((ctx_k, blk_k)),
-            torch.cat((ctx_v, blk_v)),
-            attn.scale,
-        )
-        x = x + attn.out(o, normed)
+        k, v = attn.kv(normed, pos)
+        return normed, attn.q(normed, pos), k, v
+
+    def leave(self, x: torch.Tensor, o: torch.Tensor, normed: torch.Tensor) -> torch.Tensor:
+        """Everything after attention: the output projection, the MLP and both residuals."""
+        x = x + self.self_attn.out(o, normed)
         return x + self.mlp(self.post_attention_layernorm(x))
+
+    def compile_regions(self) -> None:
+        """torch.compile the two regions around attention (train.compile_layers): their norms,
+        rotary, gating and residual adds fuse forward and backward; attention (flex, compiled
+        on its own) stays between them. Sizes vary per packed batch: compiled dynamic once, the
+        graphs are shared by every layer of this class."""
+        self.enter = torch.compile(self.enter, dynamic=True)
+        self.leave = torch.compile(self.leave, dynamic=True)

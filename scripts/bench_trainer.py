@@ -184,8 +184,9 @@ def optimizer_kernels(trainer, samples, ids, accum: int = 1, top: int = 8) -> li
     return heaviest_ops(trainer.engine.step, trainer.device, top)
 
 
-def measure(name, seq, block, precision, zero, accum, args, device, dtype, peak) -> dict:
-    """One configuration: `accum` micro-batches of args.micro_batch samples per optimizer step."""
+def measure(name, seq, block, precision, zero, accum, compiled, args, device, dtype, peak) -> dict:
+    """One configuration: `accum` micro-batches of args.micro_batch samples per optimizer step;
+    `compiled`: train.compile_layers (its compilation falls in the two warm-up steps)."""
     from splitserve.trainer import DraftTrainer
 
     spec = spec_of(name, args.tiny)
@@ -205,6 +206,7 @@ def measure(name, seq, block, precision, zero, accum, args, device, dtype, peak)
         warmup_steps=1,
         zero_stage=zero,
         precision=precision,
+        compile_layers=compiled,
     )
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
@@ -226,6 +228,7 @@ def measure(name, seq, block, precision, zero, accum, args, device, dtype, peak)
         "optimizer": type(trainer.engine.optimizer).__name__,
         "micro_batch": args.micro_batch,
         "grad_accum": accum,
+        "compile_layers": compiled,
         "anchors": args.anchors,
         "draft_params_m": round(sum(p.numel() for p in trainer.draft.parameters()) / 1e6, 1),
         "tflop_per_sample": round(flops / 1e12, 4),
@@ -246,7 +249,8 @@ def measure(name, seq, block, precision, zero, accum, args, device, dtype, peak)
         out["held_before_gb"] = round(before / 1e9, 2)  # left by earlier shapes (should be ~0)
     trainer.engine.destroy()  # DeepSpeed's hook registry would keep the engine (and its GPU
     # memory) alive after this function returns
-    print(f"{name} s{seq} b{block} {precision} z{zero} a{accum}: {out['samples_per_s']} samples/s, "
+    print(f"{name} s{seq} b{block} {precision} z{zero} a{accum}{' compiled' if compiled else ''}: "
+          f"{out['samples_per_s']} samples/s, "
           f"MFU {out['mfu']:.3f}, {out['tflop_per_sample']} TFLOP/sample", flush=True)  # fmt: skip
     return out
 
@@ -266,6 +270,8 @@ def main(argv: list[str] | None = None) -> int:
                          "cost spread over more samples")  # fmt: skip
     ap.add_argument("--zero-stages", default="1", help="ZeRO stages (train.zero_stage)")
     ap.add_argument("--precisions", default="bf16", help="train.precision: bf16, amp")
+    ap.add_argument("--compile-layers", default="off",
+                    help="train.compile_layers: off, on or off,on (keys end _c)")  # fmt: skip
     ap.add_argument("--steps", type=int, default=6, help="timed steps (after two warm-up)")
     ap.add_argument("--profile-optimizer", action="store_true",
                     help="list the optimizer step's heaviest device operators")  # fmt: skip
@@ -284,6 +290,9 @@ def main(argv: list[str] | None = None) -> int:
     accums = args.grad_accums.split(",")
     if not all(a.isdigit() and int(a) >= 1 for a in accums):
         ap.error(f"--grad-accums: whole numbers >= 1, comma-separated; got {args.grad_accums!r}")
+    switches = {"off": False, "on": True}
+    if not set(args.compile_layers.split(",")) <= switches.keys():
+        ap.error(f"--compile-layers: off, on or off,on; got {args.compile_layers!r}")
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
@@ -301,17 +310,29 @@ def main(argv: list[str] | None = None) -> int:
     }
     for name in args.shapes.split(","):
         for seq in (int(x) for x in args.seq.split(",")):
-            for block, precision, zero, accum in itertools.product(
+            for block, precision, zero, accum, compiled in itertools.product(
                 (int(x) for x in args.blocks.split(",")),
                 args.precisions.split(","),
                 (int(x) for x in args.zero_stages.split(",")),
                 (int(x) for x in args.grad_accums.split(",")),
+                (switches[x] for x in args.compile_layers.split(",")),
             ):
                 key = f"{name}_s{seq}_b{block}_{precision}_z{zero}"
                 key += f"_a{accum}" if accum != 1 else ""  # one micro-batch a step: keys as before
+                key += "_c" if compiled else ""
                 try:
                     report["trainer"][key] = measure(
-                        name, seq, block, precision, zero, accum, args, device, dtype, peak
+                        name,
+                        seq,
+                        block,
+                        precision,
+                        zero,
+                        accum,
+                        compiled,
+                        args,
+                        device,
+                        dtype,
+                        peak,
                     )
                 except torch.OutOfMemoryError as exc:
                     report["trainer"][key] = {"error": f"out of memory: {str(exc)[:200]}"}

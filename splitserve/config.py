@@ -54,6 +54,9 @@ class TrainConfig:
     # amp: fp32 weights, bf16 compute under torch.autocast (DeepSpeed's torch_autocast; on CPU
     # too); at zero_stage=0 fused Adam steps the weights directly (no master copy to sync)
     precision: str = "bf16"
+    # torch.compile each draft layer's regions around attention (norms, rotary, MLP, residuals:
+    # their pointwise kernels fused forward and backward); the first steps compile (~1 min)
+    compile_layers: bool = False
     num_anchors: int = 64  # per sequence (DeepSpec: 512)
     seed: int = 0
     checkpoint_every: int = 20

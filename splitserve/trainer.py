@@ -116,6 +116,10 @@ class DraftTrainer:
                     f"train.init_from: the weights do not fit the draft: {exc}"
                 ) from None
         draft.check_vocab()
+        if cfg.compile_layers:
+            for module in draft.modules():
+                if hasattr(module, "compile_regions"):
+                    module.compile_regions()
         self.draft_cfg = draft.cfg
         self.engine, _, _, self.scheduler = deepspeed.initialize(
             model=draft,
