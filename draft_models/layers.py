@@ -155,6 +155,10 @@ class InjectedDecoderLayer(nn.Module):
         o = plan(q, torch.cat((ctx_k, blk_k)), torch.cat((ctx_v, blk_v)), self.self_attn.scale)
         return self.leave(x, o, normed)
 
+    def context_kv(self, states: torch.Tensor, pos: torch.Tensor):
+        """Keys and values of the injected context (its norm and rotary: a region of its own)."""
+        return self.self_attn.kv(states, pos)
+
     def enter(self, x: torch.Tensor, pos: torch.Tensor):
         """Everything before attention: the norm, the block's queries, keys and values."""
         attn = self.self_attn
@@ -168,9 +172,10 @@ class InjectedDecoderLayer(nn.Module):
         return x + self.mlp(self.post_attention_layernorm(x))
 
     def compile_regions(self) -> None:
-        """torch.compile the two regions around attention (train.compile_layers): their norms,
-        rotary, gating and residual adds fuse forward and backward; attention (flex, compiled
-        on its own) stays between them. Sizes vary per packed batch: compiled dynamic once, the
-        graphs are shared by every layer of this class."""
-        self.enter = torch.compile(self.enter, dynamic=True)
-        self.leave = torch.compile(self.leave, dynamic=True)
+        """torch.compile the regions around attention (train.compile_layers): the context's
+        keys and values, and before and after the block's attention; their norms, rotary,
+        gating and residual adds fuse forward and backward; attention (flex, compiled on its
+        own) stays between them. Sizes vary per packed batch: compiled dynamic once, the graphs
+        are shared by every layer of this class."""
+        for region in ("context_kv", "enter", "leave"):
+            setattr(self, region, torch.compile(getattr(self, region), dynamic=True))

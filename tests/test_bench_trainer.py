@@ -40,3 +40,21 @@ def test_a_bad_accumulation_is_named(tmp_path):
     argv = [sys.executable, script, "--out", str(tmp_path / "x"), "--grad-accums", "1,0"]
     proc = subprocess.run(argv, capture_output=True, text=True)
     assert proc.returncode == 2 and "--grad-accums: whole numbers >= 1" in proc.stderr
+
+
+@pytest.mark.slow
+def test_the_compiled_layers_run_in_the_real_trainer_beside_eager(tmp_path):
+    """train.compile_layers through DeepSpeed (amp, ZeRO-0: the GPU setting) on CPU: a row for
+    each, the compiled one keyed `_c`; a bad switch is named."""
+    out = tmp_path / "trainer.json"
+    run_script("bench_trainer.py", "--out", str(out), "--tiny", "--shapes", "smollm2",
+               "--seq", "128", "--blocks", "4", "--anchors", "8", "--steps", "1", "--precisions",
+               "amp", "--zero-stages", "0", "--compile-layers", "off,on")  # fmt: skip
+    rows = json.loads(out.read_text())["trainer"]
+    eager, compiled = rows["smollm2_s128_b4_amp_z0"], rows["smollm2_s128_b4_amp_z0_c"]
+    assert (eager["compile_layers"], compiled["compile_layers"]) == (False, True)
+    assert compiled["flop_per_sample"] == eager["flop_per_sample"] and compiled["samples_per_s"] > 0
+    script = str(ROOT / "scripts" / "bench_trainer.py")
+    argv = [sys.executable, script, "--out", str(tmp_path / "x"), "--compile-layers", "yes"]
+    proc = subprocess.run(argv, capture_output=True, text=True)
+    assert proc.returncode == 2 and "--compile-layers: off, on or off,on; got 'yes'" in proc.stderr

@@ -56,7 +56,7 @@ class DSparkDraft(DraftModel):
         self, ctx_states: torch.Tensor, ctx_pos: torch.Tensor
     ) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Every layer's keys/values of the injected context (what a decoder caches)."""
-        return [layer.self_attn.kv(ctx_states, ctx_pos) for layer in self.layers]
+        return [layer.context_kv(ctx_states, ctx_pos) for layer in self.layers]
 
     def backbone(
         self,
