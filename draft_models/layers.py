@@ -176,6 +176,7 @@ class InjectedDecoderLayer(nn.Module):
         keys and values, and before and after the block's attention; their norms, rotary,
         gating and residual adds fuse forward and backward; attention (flex, compiled on its
         own) stays between them. Sizes vary per packed batch: compiled dynamic once, the graphs
-        are shared by every layer of this class."""
+        are shared by every layer of this class. The compiled regions are bound to this layer:
+        copy or pickle the weights (state_dict), not a compiled layer."""
         for region in ("context_kv", "enter", "leave"):
             setattr(self, region, torch.compile(getattr(self, region), dynamic=True))

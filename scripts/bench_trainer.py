@@ -187,6 +187,8 @@ def optimizer_kernels(trainer, samples, ids, accum: int = 1, top: int = 8) -> li
 def measure(name, seq, block, precision, zero, accum, compiled, args, device, dtype, peak) -> dict:
     """One configuration: `accum` micro-batches of args.micro_batch samples per optimizer step;
     `compiled`: train.compile_layers (its compilation falls in the two warm-up steps)."""
+    from torch._dynamo.utils import counters
+
     from splitserve.trainer import DraftTrainer
 
     spec = spec_of(name, args.tiny)
@@ -208,6 +210,9 @@ def measure(name, seq, block, precision, zero, accum, compiled, args, device, dt
         precision=precision,
         compile_layers=compiled,
     )
+    if compiled:  # from nothing: past dynamo's recompile limit a region would run eager
+        torch._dynamo.reset()
+        counters.clear()
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
         before = torch.cuda.memory_allocated(device)
@@ -240,6 +245,8 @@ def measure(name, seq, block, precision, zero, accum, compiled, args, device, dt
         "phases_ms": split,
         "phases_sum_over_step": round(sum(split.values()) / (1000 * step_s), 3),
     }
+    if compiled:  # graphs dynamo made for the regions (0: they ran eager)
+        out["compiled_graphs"] = counters["stats"]["unique_graphs"]
     if args.profile_optimizer:
         out["optimizer_kernels"] = optimizer_kernels(trainer, samples[:b], ids[:b], accum)
     if args.profile_step:  # a whole optimizer step: packing, forward, loss, backward, update

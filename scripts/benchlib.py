@@ -130,12 +130,14 @@ def kernel_table(replay, device, replays: int = 20) -> dict:
 
 def add_runtime_switches(parser, before_help: str | None = None) -> None:
     """--sdpa (SDPA over the masked cache instead of the Triton decode attention),
-    --sdpa-in-compile, --compile-regen, --sync-regen and, with a help text, --before (the
-    static runtime as before 2026-12-05)."""
+    --sdpa-in-compile, --gemv-in-compile, --compile-regen, --sync-regen and, with a help text,
+    --before (the static runtime as before 2026-12-05)."""
     sdpa = "SDPA over the masked cache, not the Triton decode attention"
     parser.add_argument("--sdpa", action="store_true", help=sdpa)
-    inside = "SDPA and grouped expert GEMMs inside torch.compile'd steps (before 2026-12-06)"
+    inside = "SDPA inside torch.compile'd steps, not the decode attention (before 2026-12-06)"
     parser.add_argument("--sdpa-in-compile", action="store_true", help=inside)
+    gemv = "the MoE pair GEMV inside torch.compile'd steps too (correct on one H100; untimed)"
+    parser.add_argument("--gemv-in-compile", action="store_true", help=gemv)
     regen = "regeneration replays a torch.compile'd step (no faster on one H100, 2026-12-06)"
     parser.add_argument("--compile-regen", action="store_true", help=regen)
     sync = "regeneration reads each step's tokens before launching the next (as before 2026-12-05)"
@@ -155,5 +157,6 @@ def apply_runtime_switches(args, before: bool = False) -> None:
     StaticDecoder.use_pair_gemv = not before
     StaticDecoder.use_decode_kernel = not (args.sdpa or before)
     StaticDecoder.kernels_in_compile = not (args.sdpa_in_compile or before)
+    StaticDecoder.gemv_in_compile = args.gemv_in_compile and not before
     Regenerator.compile_step = args.compile_regen and not before
     Regenerator.one_ahead = not (args.sync_regen or before)

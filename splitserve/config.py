@@ -130,6 +130,16 @@ class RunConfig:
             )
         if not self.target.sampling:
             raise bad("target.sampling", [], "a non-empty list of {temperature, top_p}")
+        if self.train.compile_layers and self.draft.arch == "eagle3":
+            raise ValueError(
+                "train.compile_layers=true: eagle3's layers have no compiled regions (DSpark and "
+                "DFlash only); leave it false for this draft"
+            )
+        for i, s in enumerate(self.target.sampling):
+            if not s.temperature >= 0:  # (catches NaN too)
+                raise bad(f"target.sampling[{i}].temperature", s.temperature, "a number >= 0")
+            if not 0 < s.top_p <= 1:
+                raise bad(f"target.sampling[{i}].top_p", s.top_p, "a number in (0, 1]")
         check_data_config(self.data)
         if self.data.max_length < self.draft.block_size + 2:
             raise bad(

@@ -304,8 +304,10 @@ def describe(ids: range | None, whose: str | None) -> str:
     """Sample ids as a reader names them: `0..4 (--start)`, `1..9 step 2 (its record's ids)`."""
     if ids is None:
         return ">= 0"
+    if not ids:
+        return f"no sample ({whose})"
     step = f" step {ids.step}" if ids.step != 1 else ""
-    return f"{ids.start}..{ids.stop - 1}{step} ({whose})"
+    return f"{ids[0]}..{ids[-1]}{step} ({whose})"
 
 
 def fitting_ids(stream, tokenizer, limit: int, ids) -> list[int]:

@@ -163,24 +163,27 @@ class Study:
         would train on the wrong prompts or too few samples), or a part whose record says it
         holds other samples than its name (a part renamed or carried into the wrong place would
         repeat some samples and lose others when merged)."""
+        path = self.work / "regen.json"
+        if path.is_file():
+            made = json.loads(path.read_text())
+            if made != self.regen_manifest():
+                raise ValueError(
+                    f"{self.work} holds data regenerated with {made}, not "
+                    f"{self.regen_manifest()}: give this study another work_dir (or remove "
+                    "that one)"
+                )
         for start, end, part in self.regen_parts():
             if not (part.is_file() and provenance_path(part).is_file()):
                 continue  # none, or no record: the check stage refuses it by name
-            ids = recorded_ids(part)
+            try:
+                ids = recorded_ids(part)
+            except (ValueError, KeyError, TypeError, AttributeError):
+                continue  # not a record: the check stage refuses it by name
             if ids is not None and (ids.start, ids.stop, ids.step) != (start, end, 1):
                 raise ValueError(
                     f"{part} was regenerated for samples {describe(ids, 'its record')}, not "
                     f"{start}..{end - 1}: move it and its record away, or to their own name"
                 )
-        path = self.work / "regen.json"
-        if not path.is_file():
-            return
-        made = json.loads(path.read_text())
-        if made != self.regen_manifest():
-            raise ValueError(
-                f"{self.work} holds data regenerated with {made}, not {self.regen_manifest()}: "
-                "give this study another work_dir (or remove that one)"
-            )
 
     def regen_stages(self) -> list[Stage]:
         """One stage per part not yet written; before them, while the parts are not merged, one

@@ -54,6 +54,7 @@ def test_the_compiled_layers_run_in_the_real_trainer_beside_eager(tmp_path):
     eager, compiled = rows["smollm2_s128_b4_amp_z0"], rows["smollm2_s128_b4_amp_z0_c"]
     assert (eager["compile_layers"], compiled["compile_layers"]) == (False, True)
     assert compiled["flop_per_sample"] == eager["flop_per_sample"] and compiled["samples_per_s"] > 0
+    assert compiled["compiled_graphs"] >= 5 and "compiled_graphs" not in eager  # not eager
     script = str(ROOT / "scripts" / "bench_trainer.py")
     argv = [sys.executable, script, "--out", str(tmp_path / "x"), "--compile-layers", "yes"]
     proc = subprocess.run(argv, capture_output=True, text=True)

@@ -175,6 +175,28 @@ def test_run_yaml_mirrors_keep_train_state_and_the_null_mask_token():
         load_run_config(compose_cfg(["train.keep_train_state=0"]))
 
 
+@pytest.mark.parametrize(
+    "setting,field,allowed",
+    [
+        ("{temperature: 1.0, top_p: 0.0}", "top_p=0.0", "a number in \\(0, 1\\]"),
+        ("{temperature: 1.0, top_p: 1.5}", "top_p=1.5", "a number in \\(0, 1\\]"),
+        ("{temperature: -1.0, top_p: 0.9}", "temperature=-1.0", "a number >= 0"),
+    ],
+)
+def test_a_bad_sampling_setting_is_named(setting, field, allowed):
+    """A sampling setting the sampler cannot draw from (no nucleus, a negative temperature)
+    is refused by its index before any target loads."""
+    from test_training import compose_cfg
+
+    from splitserve.config import load_run_config
+
+    overrides = [f"target.sampling=[{{temperature: 0.0, top_p: 1.0}},{setting}]"]
+    with pytest.raises(
+        ValueError, match=rf"target.sampling\[1\].{field} is invalid; allowed: {allowed}"
+    ):
+        load_run_config(compose_cfg(overrides))
+
+
 def test_unknown_config_key_is_named():
     with pytest.raises(ValueError, match=r"draft\.rope_scaling"):
         load_dataclass(DraftConfig, {"rope_scaling": 2.0}, "draft")
@@ -219,3 +241,13 @@ def test_feature_layer_ids_follow_what_sglang_captures():
     assert DraftConfig(target_layer_ids=[2, 7]).resolve(ling).target_layer_ids == [2, 7]
     with pytest.raises(ValueError, match=r"in \[-1, 6\].*last layer \(7\) is never captured"):
         DraftConfig(target_layer_ids=[2, 7]).resolve(tiny_target())
+
+
+def test_compiled_layers_are_refused_for_a_draft_without_regions():
+    from test_training import compose_cfg
+
+    from splitserve.config import load_run_config
+
+    assert load_run_config(compose_cfg(["train.compile_layers=true"])).train.compile_layers
+    with pytest.raises(ValueError, match="eagle3's layers have no compiled regions"):
+        load_run_config(compose_cfg(["draft=eagle3", "train.compile_layers=true"]))

@@ -40,6 +40,7 @@ def test_a_compiled_step_with_the_kernels_inside_equals_the_eager_step(
     rounding stays far below the tolerance; the tiny models' logits spread ~0.1)."""
     monkeypatch.setattr(StaticDecoder, "use_decode_kernel", True)
     monkeypatch.setattr(StaticDecoder, "kernels_in_compile", True)
+    monkeypatch.setattr(StaticDecoder, "gemv_in_compile", True)
     model = family_target(model_type, head_dim=16).to(CUDA)
     seq = torch.randint(1, 96, (1, 40), generator=torch.Generator().manual_seed(3)).to(CUDA)
     nets = [StaticDecoder(model, max_rows=1, max_len=64, capture_ids=[0, 2]) for _ in range(2)]

@@ -183,6 +183,13 @@ def test_sampler_draws_from_the_tempered_nucleus_and_argmax_at_zero():
     assert torch.equal(
         sample_rows(flat, *args, ones[:500], True), sample_rows(flat, *args, ones[:500], False)
     )
+    # a tie at the nucleus's edge keeps every tied token (no order among equals decides)
+    tied = torch.tensor([0.5, 0.25, 0.25]).log().expand(n, -1)
+    drawn = sample_rows(tied, seed, pos, ones, ones * 0.6, nucleus=True)
+    freq = torch.bincount(drawn, minlength=3).float() / n
+    torch.testing.assert_close(freq, torch.tensor([0.5, 0.25, 0.25]), atol=0.01, rtol=0)
+    drawn = sample_rows(tied, seed, pos, ones, ones * 0.4, nucleus=True)
+    assert drawn.eq(0).all()  # 0.5 alone reaches 0.4
     from draft_models.sampling import unit_interval
 
     ends = unit_interval(torch.tensor([0, 255, 256, (1 << 31) - 256, (1 << 31) - 1]))

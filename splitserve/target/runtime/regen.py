@@ -67,7 +67,8 @@ class Regenerator:
     one_ahead = True
     # capture the step with its network torch.compile'd (fused elementwise kernels; one
     # compilation on the first capture); the sampler stays eager: Inductor (torch 2.11) failed to
-    # generate its cumsum over a 49k vocabulary on an H100. Off until timed (--compile-regen)
+    # generate its cumsum over a 49k vocabulary on an H100. Off: no faster on one H100
+    # (31,288 against 33,895 new tokens/s at 256 rows, 2026-12-06; --compile-regen)
     compile_step = False
 
     def __init__(

@@ -27,8 +27,10 @@ def sample_rows(
     nucleus: bool,
 ) -> torch.Tensor:
     """Next token per row from logits [B, V]: argmax where temperature <= 0, else a draw from
-    softmax(logits / T) over the smallest set of tokens whose probability reaches top_p (the
-    `nucleus=False` path skips the sort when no row uses top_p < 1). No host reads."""
+    softmax(logits / T) over the smallest set of most likely tokens whose probability reaches
+    top_p, with every token tied with the least likely of them (a rule that needs no order
+    among equals; the `nucleus=False` path skips the sort when no row uses top_p < 1). No host
+    reads."""
     logits = logits.float()
     scaled = logits / temperature.clamp_min(1e-6)[:, None]
     probs = scaled.softmax(-1)
@@ -40,7 +42,7 @@ def sample_rows(
         ordered = probs.sort(dim=-1, descending=True).values
         mass = ordered.double().cumsum(-1)
         before = torch.cat([mass.new_zeros(mass.shape[0], 1), mass[:, :-1]], -1)
-        kept = (before <= top_p[:, None]).sum(-1, keepdim=True)  # a prefix: `before` rises
+        kept = (before <= top_p[:, None]).sum(-1, keepdim=True).clamp_min(1)  # a prefix
         smallest = ordered.gather(-1, kept - 1).masked_fill(top_p[:, None] >= 1, 0.0)
         probs = probs.masked_fill(probs < smallest, 0.0)
     cdf = probs.double().cumsum(-1)  # fp64: monotone, and exact enough at 150k entries

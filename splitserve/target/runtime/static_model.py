@@ -85,12 +85,15 @@ class StaticDecoder(nn.Module):
     # attention_kernels at decode and verify steps on CUDA (tests/test_gpu_attention.py passed
     # on one H200, 2026-12-05); off: SDPA over the masked cache
     use_decode_kernel = True
-    # the two Triton ops inside torch.compile'd steps too (registered custom ops, which compile
-    # traces whole). On one H100 (2026-12-06) the compiled dense 4-8B steps kept their width-1
-    # time and verified 8 tokens at 1.02-1.04x one, against 1.11-1.42x with SDPA inside; the
-    # MoE's compiled step with them is not yet timed (benchmarks: --kernels-in-compile, on;
-    # --before, off)
+    # the Triton decode attention inside torch.compile'd steps too (a registered custom op,
+    # which compile traces whole). On one H100 (2026-12-06) the compiled dense 4-8B steps kept
+    # their width-1 time and verified 8 tokens at 1.02-1.04x one, against 1.11-1.42x with SDPA
+    # inside (compiling took ~55 % longer). On by default; benchmarks' --sdpa-in-compile or
+    # --before turn it off
     kernels_in_compile = True
+    # the MoE pair GEMV inside compiled steps: correct there (tests/test_gpu_compile.py, one
+    # H100) but not yet timed, so compiled steps keep the grouped GEMMs (--gemv-in-compile)
+    gemv_in_compile = False
 
     def __init__(
         self,
@@ -253,7 +256,7 @@ class StaticDecoder(nn.Module):
             self.decode_kernel
             and not fresh
             and w * self.heads // self.kv_heads <= attention_kernels.max_rows(self.head_dim)
-            and self._triton_here()
+            and self._triton_here(self.kernels_in_compile)
         )
         masks = {}
         for win in {p["window"] for p in self.layers} if not kernel else ():
@@ -309,10 +312,10 @@ class StaticDecoder(nn.Module):
             logits = torch.tanh(logits / self.softcap) * self.softcap
         return logits, feats, final
 
-    def _triton_here(self) -> bool:
+    def _triton_here(self, inside: bool) -> bool:
         """A Triton op may run in this call: eagerly or in a graph, and inside a torch.compile'd
-        step only with kernels_in_compile."""
-        return self.kernels_in_compile or not torch.compiler.is_compiling()
+        step where `inside` (kernels_in_compile, gemv_in_compile) allows it."""
+        return inside or not torch.compiler.is_compiling()
 
     def _attend(self, q, k, v, mask: torch.Tensor | None, fresh: bool) -> torch.Tensor:
         """Attention of q [B, W, Hq, D] over k, v [B, Hk, L, D] -> [B, W, Hq * D]. (Folding
@@ -354,7 +357,11 @@ class StaticDecoder(nn.Module):
         if moe["renorm"]:
             weight = weight / weight.sum(dim=-1, keepdim=True)
         weight = weight.to(h.dtype)
-        if self.pair_gemv and expert.numel() <= moe_kernels.MAX_PAIRS and self._triton_here():
+        if (
+            self.pair_gemv
+            and expert.numel() <= moe_kernels.MAX_PAIRS
+            and self._triton_here(self.gemv_in_compile)
+        ):
             out = moe_kernels.routed_mlp(t, moe["gate_up"], moe["down"], expert, weight, p["act"])
             return out.reshape(shape)
         if self.grouped:
