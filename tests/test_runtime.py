@@ -258,6 +258,27 @@ def test_reading_one_step_late_keeps_the_schedule_and_every_state(compile_step, 
         torch.testing.assert_close(late.final, ref.hidden_states[2][0], atol=1e-6, rtol=0)
 
 
+def test_idle_rows_rest_at_position_zero_while_others_generate():
+    """Three slots, one long request and two short ones: once a short one is handed back (and
+    no request is left to refill it) its row is fed position 0 every step, not its old context's
+    next positions; the long answer is the same as alone in one slot."""
+    from splitserve.target.runtime.regen import Regenerator, Request
+
+    model = tiny(num_hidden_layers=2)
+    g = torch.Generator().manual_seed(6)
+    requests = [Request(torch.randint(0, 100, (n,), generator=g), b, seed=0) for n, b in
+                [(6, 14), (5, 2), (4, 3)]]  # fmt: skip
+    engine = Regenerator(model, [1], slots=3, max_len=24, eos=(), nucleus=False)
+    assert [i for i, _ in engine.stream(requests)] == [1, 2, 0]  # the short ones end first
+    alone = Regenerator(model, [1], slots=1, max_len=24, eos=(), nucleus=False).run(requests[:1])
+    out = engine.run(requests)
+    assert torch.equal(out[0].ids, alone[0].ids)
+    torch.testing.assert_close(out[0].final, alone[0].final)
+    engine.step()  # every row now idle: each was fed position 0, and moved to 1
+    assert engine.pos[:, 0].tolist() == [1, 1, 1]
+    assert engine.live.sum() == 0
+
+
 def test_regeneration_reads_its_requests_lazily_with_the_same_schedule():
     """A generator of requests (what the static backend hands over: one stream over a worker's
     samples) is read a few beyond the free slots at a time, and gives the list's results in the

@@ -95,6 +95,12 @@ class Regenerator:
         self.temperature = torch.zeros(slots, dtype=torch.float32, device=dev)
         self.top_p = torch.ones(slots, dtype=torch.float32, device=dev)
         self.rows = torch.arange(slots, device=dev)
+        # rows holding a sequence; an idle row (handed back, not yet refilled) is fed position 0,
+        # so it attends over one key rather than marching on through its old context (at 1,024
+        # rows in one wave, the rows that end early would otherwise read up to the whole cache
+        # every step until the last row ends)
+        self.live = torch.zeros((slots, 1), dtype=torch.bool, device=dev)
+        self._live = [False] * slots  # the host's copy, pushed when it changes
         width = self.net.feature_width
         self.aux = torch.zeros((slots, max_len, width), dtype=dtype, device=dev) if width else None
         self.final = torch.zeros((slots, max_len, hidden), dtype=dtype, device=dev)
@@ -111,6 +117,7 @@ class Regenerator:
 
     def _step(self) -> torch.Tensor:
         """Feed every row its newest token; store that position's states; sample the next."""
+        self.pos.mul_(self.live)  # idle rows at position 0
         logits, feats, final = self._forward(self.ids, self.pos)
         p = self.pos[:, 0]
         if self.aux is not None:
@@ -119,7 +126,7 @@ class Regenerator:
         t, top_p = self.temperature, self.top_p
         nxt = sample_rows(logits[:, 0], self.seed, p + 1, t, top_p, self.nucleus)
         self.ids.copy_(nxt[:, None])
-        self.pos.copy_((self.pos + 1).clamp_max(self.max_len - 1))  # idle rows stay in range
+        self.pos.copy_((self.pos + 1).clamp_max(self.max_len - 1))  # rows ending at the end
         return nxt
 
     def step(self) -> torch.Tensor:
@@ -128,6 +135,16 @@ class Regenerator:
             return self._step()
         self.graph.replay()
         return self.emitted
+
+    def _push_live(self, slots: list[int], live: bool) -> None:
+        """Mark `slots` live or idle on the device without waiting for the running step (a
+        plain host-to-device copy would synchronise the stream; this one is queued behind it)."""
+        for s in slots:
+            self._live[s] = live
+        mask = torch.tensor(self._live, dtype=torch.bool)[:, None]
+        if self.device.type == "cuda":
+            mask = mask.pin_memory()  # the caching host allocator keeps it until copied
+        self.live.copy_(mask, non_blocking=True)
 
     def _launch(self) -> tuple[torch.Tensor, torch.cuda.Event | None]:
         """Run the next step and start copying its tokens to the host (pinned memory, behind the
@@ -216,11 +233,14 @@ class Regenerator:
         while True:
             # hand back the rows whose last token's step is launched (their states are queued
             # before anything a later step or a refill writes)
-            finished = []
+            finished, emptied = [], []
             for s, row in enumerate(rows):
                 if row is not None and row.finishing and row.last_step < self.steps:
                     finished.append((row.index, self._hand_back(s, row)))
                     rows[s] = None
+                    emptied.append(s)
+            if emptied:
+                self._push_live(emptied, False)
             yield from finished
             free = [s for s, row in enumerate(rows) if row is None]
             fill(max(len(free), self.refill_group))
@@ -261,6 +281,7 @@ class Regenerator:
             logits, self.seed[idx], lens, self.temperature[idx], self.top_p[idx], self.nucleus
         )
         self.ids[idx, 0], self.pos[idx, 0] = first, lens
+        self._push_live(slots, True)
         armed = []
         for (index, r), token in zip(starts, first.tolist(), strict=True):
             row = _Row(index, r, first_step=self.steps)  # the next step launched feeds it
