@@ -1,8 +1,8 @@
-"""The runtime's Triton kernels (decode attention, the MoE pair GEMV) run on this CPU under
-Triton's interpreter: their GPU tests' arithmetic checks and the static runtime with them, in
-fp32, in a subprocess that has Triton on its path (the `triton_site` fixture; the project's venv
-carries no Triton). What this cannot check (speed, bf16 rounding on a GPU, CUDA graphs,
-torch.compile) stays with the device machine."""
+"""The runtime's Triton kernels (decode attention, the MoE pair GEMV, the sampler) run on this
+CPU under Triton's interpreter: their GPU tests' arithmetic checks and the static runtime with
+them, in fp32, in a subprocess that has Triton on its path (the `triton_site` fixture; the
+project's venv carries no Triton). What this cannot check (speed, bf16 rounding on a GPU, CUDA
+graphs, torch.compile) stays with the device machine."""
 
 import os
 import re
@@ -18,6 +18,8 @@ KERNEL_TESTS = {  # file: tests that run interpreted (the rest need CUDA graphs 
     "tests/test_gpu_attention.py": 8 + 5,
     # the pair GEMV against fp32 at 1, 8 and 16 tokens; a Qwen3-MoE runtime with and without it
     "tests/test_gpu_moe.py": 3 + 1,
+    # the sampler against PyTorch's, with and without a nucleus; ties at the nucleus's edge
+    "tests/test_gpu_sampling.py": 2 + 1,
 }
 
 

@@ -1,0 +1,101 @@
+"""The Triton sampler (splitserve/target/runtime/sampling_kernels.py) against the PyTorch one it
+replaces on CUDA (sampling.sample_rows' own path): the same token per row for greedy, full and
+nucleus rows, ties at the nucleus's edge all kept, and in a CUDA graph (skipped without a GPU and
+Triton; run on the device machine: `python -m pytest -q tests/test_gpu_sampling.py`). The
+arithmetic tests also run on CPU tensors in fp32 under Triton's interpreter
+(tests/test_kernels_interpreted.py)."""
+
+import pytest
+import torch
+from interpreted import DEVICE, kernels_run, on_gpu_only
+
+from draft_models.sampling import counter_row_uniform
+from splitserve.target.runtime import sampling, sampling_kernels
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not kernels_run(sampling_kernels), reason="needs a CUDA device and Triton"),
+]
+
+
+def rows(n: int, vocab: int, seed: int = 0):
+    """n rows of logits [n, V] (V not a multiple of the kernel's block) at mixed spreads (near
+    uniform to peaked), with temperatures 0 / 0.7 / 1 / 1.3 and top_p 0.5 / 0.9 / 0.95 / 1
+    across them, one seed and position each."""
+    g = torch.Generator().manual_seed(seed)
+    spread = torch.tensor([0.05, 1.0, 3.0, 6.0, 12.0]).repeat(n // 5 + 1)[:n, None]
+    logits = torch.randn(n, vocab, generator=g) * spread
+    temperature = torch.tensor([0.0, 0.7, 1.0, 1.3]).repeat(n)[:n]
+    top_p = torch.tensor([0.5, 0.9, 0.95, 1.0]).repeat_interleave(4).repeat(n)[:n]
+    seed_ = torch.arange(n) * 7 + 11
+    pos = torch.arange(n) % 13 + 1
+    put = lambda t: t.to(DEVICE)  # noqa: E731
+    return put(logits), put(seed_), put(pos), put(temperature), put(top_p)
+
+
+def reference(logits, seed, pos, temperature, top_p, nucleus):
+    """sample_rows' PyTorch path, in fp32 on the CPU."""
+    cpu = [t.cpu() for t in (logits.float(), seed, pos, temperature, top_p)]
+    return sampling.sample_rows(*cpu, nucleus=nucleus)
+
+
+def kernel(logits, seed, pos, temperature, top_p, nucleus):
+    u = counter_row_uniform(seed, pos)
+    return sampling_kernels.sample_rows(logits, u, temperature, top_p, nucleus).cpu()
+
+
+@pytest.mark.parametrize("nucleus", [False, True])
+def test_the_kernel_draws_the_pytorch_samplers_tokens(nucleus):
+    """64 rows over 2,500 entries (three blocks, the last partial): every row's token equals the
+    PyTorch sampler's (greedy rows their first maximum; T > 0 rows the same inverse-CDF draw,
+    over the nucleus where top_p < 1 and `nucleus`)."""
+    args = rows(64, 2500)
+    got, want = kernel(*args, nucleus), reference(*args, nucleus)
+    assert got.dtype == torch.long and torch.equal(got, want)
+    # and the rows are not trivial: the nucleus changed some draws, temperature > 0 too
+    greedy = reference(*args[:3], torch.zeros_like(args[3]), args[4], nucleus)
+    assert (got != greedy).sum() > 10
+
+
+def test_ties_at_the_nucleus_edge_are_all_kept_and_greedy_takes_the_first_maximum():
+    """Probabilities 0.5, 0.25, 0.25 (and a tail of -inf-like entries): at top_p 0.6 both tied
+    tokens are kept (the draws of 300 seeds hit all three in proportion, as the PyTorch
+    sampler's do); at top_p 0.4 only
+    the first; greedy rows take the first of two equal maxima."""
+    n, vocab = 300, 1000
+    logits = torch.full((n, vocab), -1e4)
+    logits[:, :3] = torch.log(torch.tensor([0.5, 0.25, 0.25]))
+    seed, pos = torch.arange(n), torch.full((n,), 3)
+    ones = torch.ones(n)
+    put = lambda *ts: [t.to(DEVICE) for t in ts]  # noqa: E731
+    drawn = kernel(*put(logits, seed, pos, ones, ones * 0.6), nucleus=True)
+    freq = torch.bincount(drawn, minlength=3)[:3].float() / n
+    torch.testing.assert_close(freq, torch.tensor([0.5, 0.25, 0.25]), atol=0.08, rtol=0)
+    assert torch.equal(drawn, reference(logits, seed, pos, ones, ones * 0.6, True))
+    only = kernel(*put(logits, seed, pos, ones, ones * 0.4), nucleus=True)
+    assert only.eq(0).all()
+    tied = torch.zeros((2, vocab))
+    tied[:, [5, 900]] = 3.0
+    first = kernel(*put(tied, seed[:2], pos[:2], torch.zeros(2), ones[:2]), nucleus=True)
+    assert first.tolist() == [5, 5]
+
+
+@on_gpu_only
+def test_the_kernel_in_a_cuda_graph_and_from_bf16_logits():
+    """Replayed in a CUDA graph with new logits in place, bf16 logits at a 49k vocabulary: the
+    same tokens as the PyTorch sampler over the same (bf16-rounded) logits."""
+    logits, seed, pos, temperature, top_p = rows(256, 49152, seed=1)
+    logits = logits.bfloat16()
+    run = lambda: sampling.sample_rows(logits, seed, pos, temperature, top_p, True)  # noqa: E731
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        run()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = run()
+    logits.copy_(rows(256, 49152, seed=2)[0].bfloat16())
+    graph.replay()
+    want = reference(logits, seed, pos, temperature, top_p, True)
+    assert (out.cpu() != want).sum() <= 2  # fp32 sums against fp64: rounding at an edge
