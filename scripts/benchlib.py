@@ -130,18 +130,20 @@ def kernel_table(replay, device, replays: int = 20) -> dict:
 
 def add_runtime_switches(parser, before_help: str | None = None) -> None:
     """--sdpa (SDPA over the masked cache instead of the Triton decode attention),
-    --sdpa-in-compile, --gemv-in-compile, --compile-regen, --sync-regen and, with a help text,
-    --before (the static runtime as before 2026-12-05)."""
+    --sdpa-in-compile, --grouped-in-compile, --compile-regen, --sync-regen, --torch-sampler and,
+    with a help text, --before (the static runtime as before 2026-12-05)."""
     sdpa = "SDPA over the masked cache, not the Triton decode attention"
     parser.add_argument("--sdpa", action="store_true", help=sdpa)
     inside = "SDPA inside torch.compile'd steps, not the decode attention (before 2026-12-06)"
     parser.add_argument("--sdpa-in-compile", action="store_true", help=inside)
-    gemv = "the MoE pair GEMV inside torch.compile'd steps too (correct on one H100; untimed)"
-    parser.add_argument("--gemv-in-compile", action="store_true", help=gemv)
+    grouped = "MoE grouped GEMMs in torch.compile'd steps, not the pair GEMV (before 2026-12-06)"
+    parser.add_argument("--grouped-in-compile", action="store_true", help=grouped)
     regen = "regeneration replays a torch.compile'd step (no faster on one H100, 2026-12-06)"
     parser.add_argument("--compile-regen", action="store_true", help=regen)
     sync = "regeneration reads each step's tokens before launching the next (as before 2026-12-05)"
     parser.add_argument("--sync-regen", action="store_true", help=sync)
+    sampler = "the PyTorch sampler (a sort for the nucleus), not the Triton one (before 2026-12-06)"
+    parser.add_argument("--torch-sampler", action="store_true", help=sampler)
     if before_help:
         parser.add_argument("--before", action="store_true", help=before_help)
 
@@ -150,13 +152,15 @@ def apply_runtime_switches(args, before: bool = False) -> None:
     """StaticDecoders and Regenerators built from now on follow the switches; `before` is the
     runtime as before 2026-12-05 whatever the others say (grouped-GEMM experts at every width,
     SDPA, no compiled kernels, the synchronous regeneration loop, no compiled regeneration
-    step): a same-machine before/after."""
+    step, the PyTorch sampler): a same-machine before/after."""
+    from splitserve.target.runtime import sampling
     from splitserve.target.runtime.regen import Regenerator
     from splitserve.target.runtime.static_model import StaticDecoder
 
     StaticDecoder.use_pair_gemv = not before
     StaticDecoder.use_decode_kernel = not (args.sdpa or before)
     StaticDecoder.kernels_in_compile = not (args.sdpa_in_compile or before)
-    StaticDecoder.gemv_in_compile = args.gemv_in_compile and not before
+    StaticDecoder.gemv_in_compile = not (args.grouped_in_compile or before)
     Regenerator.compile_step = args.compile_regen and not before
     Regenerator.one_ahead = not (args.sync_regen or before)
+    sampling.use_kernel = not (args.torch_sampler or before)

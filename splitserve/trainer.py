@@ -75,6 +75,12 @@ def deepspeed_config(cfg: TrainConfig, dp_world: int, on_gpu: bool) -> dict:
     }
 
 
+def compile_layers_here(cfg: TrainConfig, device: torch.device) -> bool:
+    """train.compile_layers as set, or (null) on a GPU: compiling pays off there (1.17-1.25x an
+    8B-shape step on one H100), while on a CPU it costs minutes of compilation per run."""
+    return cfg.compile_layers if cfg.compile_layers is not None else device.type == "cuda"
+
+
 def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % (1 << 32))
@@ -116,7 +122,7 @@ class DraftTrainer:
                     f"train.init_from: the weights do not fit the draft: {exc}"
                 ) from None
         draft.check_vocab()
-        if cfg.compile_layers:
+        if compile_layers_here(cfg, device):
             for module in draft.modules():
                 if hasattr(module, "compile_regions"):
                     module.compile_regions()

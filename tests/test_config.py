@@ -249,5 +249,14 @@ def test_compiled_layers_are_refused_for_a_draft_without_regions():
     from splitserve.config import load_run_config
 
     assert load_run_config(compose_cfg(["train.compile_layers=true"])).train.compile_layers
+    # the default (null): on a GPU only, and a draft without regions is not refused for it
+    from splitserve.trainer import compile_layers_here
+
+    auto = load_run_config(compose_cfg(["draft=eagle3", "draft.num_layers=1"])).train
+    assert auto.compile_layers is None
+    assert compile_layers_here(auto, torch.device("cuda"))
+    assert not compile_layers_here(auto, torch.device("cpu"))
+    off = load_run_config(compose_cfg(["train.compile_layers=false"])).train
+    assert not compile_layers_here(off, torch.device("cuda"))
     with pytest.raises(ValueError, match="eagle3's layers have no compiled regions"):
         load_run_config(compose_cfg(["draft=eagle3", "train.compile_layers=true"]))
