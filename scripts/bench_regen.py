@@ -39,6 +39,7 @@ from benchlib import (  # noqa: E402  (scripts/)
     add_runtime_switches,
     apply_runtime_switches,
     back_to_back_ms,
+    busy_rows,
     copy_bandwidth,
     kernel_table,
     sync,
@@ -104,7 +105,12 @@ def run_backend(name: str, args, conversations, device) -> tuple[dict, list]:
     if engine is not None:
         row["decode_steps"] = engine.steps
         row["prefills"] = engine.prefills
-        if args.profile:  # the step alone: graph replays back to back, and their kernels
+        if args.profile:  # the step alone: graph replays back to back, and their kernels,
+            # every row live at the run's mean decode context
+            spans = [(int(s.loss_mask.sum()), s.input_ids.numel()) for s in out]
+            context = sum(a * (2 * n - a) / 2 for a, n in spans) / max(new, 1)
+            row["profiled_context"] = round(context, 1)
+            busy_rows(engine, context)
             row["replay_ms"] = round(back_to_back_ms(engine.step, 50, device), 3)
             row["kernels"] = kernel_table(engine.step, device)
             net = engine.net  # what one step must read besides the weights: every row's cache

@@ -39,6 +39,7 @@ from benchlib import (  # noqa: E402
     add_runtime_switches,
     apply_runtime_switches,
     back_to_back_ms,
+    busy_rows,
     copy_bandwidth,
     kernel_table,
     sync,
@@ -92,7 +93,8 @@ def regenerate(model, args, device) -> dict:
         ),
         "max_len": engine.max_len,
     }
-    if args.profile:
+    if args.profile:  # every row live at the run's mean decode context
+        busy_rows(engine, row["mean_context"])
         row["replay_ms"] = round(back_to_back_ms(engine.step, 30, device), 3)
         row["kernels"] = kernel_table(engine.step, device)
     return row

@@ -72,6 +72,14 @@ def back_to_back_ms(fn, repeats: int, device) -> float:
     return 1000 * (time.perf_counter() - t0) / repeats
 
 
+def busy_rows(engine, context: int) -> None:
+    """Every row of a Regenerator live at position `context`, for profiling its step after a
+    run: then every row is idle at position 0 (attention over one key), so a profile would time a
+    step far cheaper than a full batch mid-run; the replays move the rows on from `context`."""
+    engine.live.fill_(True)
+    engine.pos.fill_(min(int(context), engine.max_len - 1))
+
+
 def copy_bandwidth(device) -> float:
     """Bytes per second of a device-to-device copy (read + written), 1 GiB (64 MiB on CPU)."""
     n = (1 << 30) // 2 if torch.device(device).type == "cuda" else (1 << 26)
@@ -152,7 +160,8 @@ def apply_runtime_switches(args, before: bool = False) -> None:
     """StaticDecoders and Regenerators built from now on follow the switches; `before` is the
     runtime as before 2026-12-05 whatever the others say (grouped-GEMM experts at every width,
     SDPA, no compiled kernels, the synchronous regeneration loop, no compiled regeneration
-    step, the PyTorch sampler): a same-machine before/after."""
+    step, the PyTorch sampler; idle rows resting at position 0, 4546875, stay): a same-machine
+    before/after."""
     from splitserve.target.runtime import sampling
     from splitserve.target.runtime.regen import Regenerator
     from splitserve.target.runtime.static_model import StaticDecoder

@@ -23,6 +23,7 @@ def test_the_static_backend_regenerates_every_sample_in_one_stream(tmp_path):
     assert row["decode_steps"] >= 2 and row["samples_per_s"] > 0
     # --profile: the step alone, its operators, and a floor that counts the cache it reads
     assert row["replay_ms"] > 0 and row["kernels"]["per_replay"] >= 0
+    assert 0 < row["profiled_context"] < 256  # every row live there while profiled
     per_position = 30 * 2 * 2 * 3 * 64 * 4  # layers, k and v, slots, kv heads, dim, fp32 bytes
     positions, rest = divmod(row["kv_bytes_per_step"], per_position)
     assert rest == 0 and 256 <= positions <= 260  # the cache's length: max_length and a margin

@@ -52,9 +52,21 @@ def test_the_kernel_draws_the_pytorch_samplers_tokens(nucleus):
     args = rows(64, 2500)
     got, want = kernel(*args, nucleus), reference(*args, nucleus)
     assert got.dtype == torch.long and torch.equal(got, want)
-    # and the rows are not trivial: the nucleus changed some draws, temperature > 0 too
+    # and the rows are not trivial: temperature > 0 moved draws off the greedy token, and the
+    # nucleus moved some draws
     greedy = reference(*args[:3], torch.zeros_like(args[3]), args[4], nucleus)
     assert (got != greedy).sum() > 10
+    assert (got != reference(*args, not nucleus)).any()
+
+
+def test_masked_logits_a_first_block_of_minus_inf_and_a_nucleus():
+    """Rows whose first 1,100 entries (more than a block) are -inf, as a vocabulary mask makes
+    them: the softmax and the nucleus are over the rest, as in the PyTorch sampler."""
+    logits, seed, pos, temperature, top_p = rows(16, 2500, seed=4)
+    logits[:, :1100] = float("-inf")
+    args = (logits, seed, pos, temperature.clamp_min(0.5), top_p)
+    got = kernel(*args, nucleus=True)
+    assert got.min() >= 1100 and torch.equal(got, reference(*args, True))
 
 
 def test_ties_at_the_nucleus_edge_are_all_kept_and_greedy_takes_the_first_maximum():

@@ -66,8 +66,8 @@ class Regenerator:
     # read each step's tokens after launching the next (benchmarks: --sync-regen turns it off)
     one_ahead = True
     # capture the step with its network torch.compile'd (fused elementwise kernels; one
-    # compilation on the first capture); the sampler stays eager: Inductor (torch 2.11) failed to
-    # generate its cumsum over a 49k vocabulary on an H100. Off: no faster on one H100
+    # compilation on the first capture); the sampler stays eager (its PyTorch path's cumsum over
+    # a 49k vocabulary failed in Inductor, torch 2.11, on an H100). Off: no faster on one H100
     # (31,288 against 33,895 new tokens/s at 256 rows, 2026-12-06; --compile-regen)
     compile_step = False
 
@@ -83,8 +83,8 @@ class Regenerator:
         graphs: bool | None = None,
     ) -> None:
         """`eos`: the token ids that end an answer (kept in it). `nucleus`: some request may use
-        top_p < 1 at temperature > 0 (adds a sort per step). `graphs`: replay the step as a CUDA
-        graph (default: on a GPU)."""
+        top_p < 1 at temperature > 0 (adds the nucleus search, or a sort off CUDA, per step).
+        `graphs`: replay the step as a CUDA graph (default: on a GPU)."""
         self.net = StaticDecoder(model, max_rows=slots, max_len=max_len, capture_ids=capture_ids)
         self.slots, self.max_len, self.eos, self.nucleus = slots, max_len, set(eos), nucleus
         dev = self.device = self.net.embed.device
@@ -123,8 +123,8 @@ class Regenerator:
         if self.aux is not None:
             self.aux[self.rows, p] = feats[:, 0]
         self.final[self.rows, p] = final[:, 0]
-        t, top_p = self.temperature, self.top_p
-        nxt = sample_rows(logits[:, 0], self.seed, p + 1, t, top_p, self.nucleus)
+        t = self.temperature * self.live[:, 0]  # idle rows greedy: the sampler's cheapest path
+        nxt = sample_rows(logits[:, 0], self.seed, p + 1, t, self.top_p, self.nucleus)
         self.ids.copy_(nxt[:, None])
         self.pos.copy_((self.pos + 1).clamp_max(self.max_len - 1))  # rows ending at the end
         return nxt

@@ -3,20 +3,22 @@
 `sampling.sample_rows` in PyTorch makes about a dozen passes over a [B, V] tensor per step (a
 cast, the softmax, a segmented radix sort for the nucleus, three cumulative sums, in fp64), which
 at 1,024 rows of a 49k vocabulary is hundreds of MB of traffic and several milliseconds. Here a
-program reads its row's logits (98 KB in bf16, kept in L2 between passes) and:
+program reads its row's logits (98 KB in bf16; mostly from L2 on later passes) and:
 
 1. one pass: the greedy token (first maximum), and at temperature T > 0 the maximum, minimum and
    the softmax's normaliser of logits / T (an online softmax);
 2. with top_p < 1, the nucleus's smallest kept value by a 16-way search over the scaled logits'
-   order-preserving integer keys: each pass sums the mass above 15 candidate keys, so 9 passes
-   narrow 2^32 keys to one. The kept set is every token whose scaled logit is at least that
-   value, the rule of `sample_rows` (the smallest value whose strictly greater mass is at most
-   top_p; ties all kept);
-3. one pass: the draw, walking the kept mass in vocabulary order to the row's counter uniform
-   times the kept total (clamped to the last kept token against rounding).
+   order-preserving integer keys: each pass sums the mass above 15 candidate keys, so 8 passes
+   narrow the finite floats' keys to one. The kept set is every token whose scaled logit is at
+   least that value, the rule of `sample_rows` (the smallest value whose strictly greater mass
+   is at most top_p; ties all kept);
+3. two passes: the kept total, then the draw, walking the kept mass in vocabulary order to the
+   row's counter uniform times that total (clamped to the last token of nonzero probability
+   against rounding).
 
-Same law and the same rule as the PyTorch sampler; sums are fp32 rather than fp64, so a token
-whose mass sits within rounding of a boundary may be drawn differently.
+Same law and the same rule as the PyTorch sampler; sums are fp32 rather than fp64 (and logits
+are scaled by 1 / T, one more rounding than a division), so a token whose mass sits within
+rounding of a boundary may be drawn differently.
 
 Needs Triton and a CUDA device (`available()`); CPU runs never import it (its tests also run
 under Triton's interpreter).
@@ -28,7 +30,8 @@ from .triton_ops import available, once  # noqa: F401 (available: the module's A
 
 BLOCK = 1024  # vocabulary entries a program reads per iteration
 PROBES = 16  # the search splits its interval into this many parts a pass
-SEARCH_PASSES = 9  # ceil(32 / log2(PROBES)) + 1: enough to narrow 2^32 keys to one
+# finite fp32 values span fewer than 16^8 keys, and a pass leaves at most ceil(width / 16)
+SEARCH_PASSES = 8
 
 
 def register() -> None:
@@ -70,7 +73,8 @@ def _op():
             best = tl.maximum(best, cmax)
             s = x * inv
             m_new = tl.maximum(m, tl.max(s, 0))
-            z = z * tl.exp(m - m_new) + tl.sum(tl.where(inside, tl.exp(s - m_new), 0.0), 0)
+            m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # a block of -inf only
+            z = z * tl.exp(m - m_safe) + tl.sum(tl.where(inside, tl.exp(s - m_safe), 0.0), 0)
             m = m_new
             finite = inside & (s > float("-inf"))  # a -inf logit has no mass and no key below
             lo_s = tl.minimum(lo_s, tl.min(tl.where(finite, s, float("inf")), 0))
@@ -129,7 +133,7 @@ def _op():
                 e = tl.where(kept, tl.exp(s - m), 0.0)
                 cdf = run + tl.cumsum(e, 0)
                 pick = tl.minimum(pick, tl.min(tl.where(kept & (cdf > target), idx, V), 0))
-                last = tl.maximum(last, tl.max(tl.where(kept, idx, 0), 0).to(tl.int64))
+                last = tl.maximum(last, tl.max(tl.where(e > 0, idx, 0), 0).to(tl.int64))
                 run += tl.sum(e, 0)
             tl.store(out + row, tl.minimum(pick, last))
 
