@@ -65,6 +65,10 @@ def _rank(rank: int, world: int, port: int, ids: list[list[int]], out: str) -> N
         f"{out}.{rank}",
     )
     dist.destroy_process_group()
+    # skip the interpreter's teardown: a library thread still alive there aborted a rank once
+    # ("terminate called without an active exception", CI 2026-12-06) after its results were
+    # saved; what the test checks is in the file
+    os._exit(0)
 
 
 def _train(world: int, ids: list[list[int]], out: str) -> list[dict]:
