@@ -59,6 +59,24 @@ def test_the_kernel_draws_the_pytorch_samplers_tokens(nucleus):
     assert (got != reference(*args, not nucleus)).any()
 
 
+def test_every_path_of_the_nucleus_draws_the_same_tokens():
+    """With a scratch of 64 candidates some nucleus rows fit it above the bound k, some only
+    above the bracket the probes find, and some take the whole row: each path draws the PyTorch
+    sampler's token (and the paths are those the docstring names: greedy rows 0, rows without a
+    nucleus 1). With the default capacity every nucleus row of this set fits above k."""
+    args = rows(64, 2500)
+    want = reference(*args, True)
+    u = counter_row_uniform(args[1], args[2])
+    tokens, path = sampling_kernels.sample_rows_with_paths(*args[:1], u, *args[3:], True, 64)
+    taken = torch.bincount(path.cpu().long(), minlength=5)
+    assert torch.equal(tokens.cpu(), want) and (taken[2:] > 0).all(), taken
+    assert taken[0] == args[3].eq(0).sum() and taken[1] == (args[3].gt(0) & args[4].ge(1)).sum()
+    tokens, path = sampling_kernels.sample_rows_with_paths(*args[:1], u, *args[3:], True)
+    assert torch.equal(tokens.cpu(), want) and path.cpu().le(2).all()
+    with pytest.raises(ValueError, match="capacity"):
+        sampling_kernels.sample_rows_with_paths(*args[:1], u, *args[3:], True, 0)
+
+
 def test_masked_logits_a_first_block_of_minus_inf_and_a_nucleus():
     """Rows whose first 1,100 entries (more than a block) are -inf, as a vocabulary mask makes
     them: the softmax and the nucleus are over the rest, as in the PyTorch sampler."""

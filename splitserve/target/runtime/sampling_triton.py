@@ -1,0 +1,186 @@
+"""The Triton code of the regeneration sampler (sampling_kernels, which documents the method
+and imports this module only where Triton and a CUDA device, or Triton's interpreter, are)."""
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def key_of(f):
+    """A float's order-preserving integer key (its bits, the magnitude flipped where
+    negative; the same map both ways)."""
+    b = f.to(tl.int32, bitcast=True)
+    return tl.where(b < 0, b ^ 0x7FFFFFFF, b).to(tl.int64)
+
+
+@triton.jit
+def value_of(k):
+    b = k.to(tl.int32)
+    return tl.where(b < 0, b ^ 0x7FFFFFFF, b).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def scaled(src, ids, start, n, inv, COMPACT: tl.constexpr, BLOCK: tl.constexpr):
+    """A block of scaled logits, their vocabulary ids and which exist: read from the row
+    (logits x 1/T) or from the candidates (stored scaled, with their ids)."""
+    j = start + tl.arange(0, BLOCK)
+    inside = j < n
+    if COMPACT:
+        s = tl.load(src + j, mask=inside, other=float("-inf"))
+        idx = tl.load(ids + j, mask=inside, other=0).to(tl.int64)
+    else:
+        s = tl.load(src + j, mask=inside, other=float("-inf")).to(tl.float32) * inv
+        idx = j.to(tl.int64)
+    return s, idx, inside
+
+
+@triton.jit
+def gather(base, V, inv, above, values, ids, capacity, BLOCK: tl.constexpr):
+    """Copy the row's entries with s > above to the scratch in vocabulary order (the first
+    `capacity` of them); their count."""
+    count = tl.full((), 0, tl.int32)
+    for c in range(0, V, BLOCK):
+        s, idx, inside = scaled(base, base, c, V, inv, False, BLOCK)
+        keep = (inside & (s > above)).to(tl.int32)
+        at = count + tl.cumsum(keep, 0) - 1
+        write = (keep > 0) & (at < capacity)
+        tl.store(values + at, s, mask=write)
+        tl.store(ids + at, idx.to(tl.int32), mask=write)
+        count += tl.sum(keep, 0)
+    return count
+
+
+@triton.jit
+def draw(src, ids, n, inv, m, edge, target, V, COMPACT: tl.constexpr, BLOCK: tl.constexpr):
+    """The first id whose kept mass so far (vocabulary order) passes `target`; the last id
+    of nonzero mass if rounding leaves none."""
+    run = tl.full((), 0.0, tl.float32)
+    pick = tl.full((), V, tl.int64)
+    last = tl.full((), 0, tl.int64)
+    for c in range(0, n, BLOCK):
+        s, idx, inside = scaled(src, ids, c, n, inv, COMPACT, BLOCK)
+        kept = inside & (s >= edge)
+        e = tl.where(kept, tl.exp(s - m), 0.0)
+        cdf = run + tl.cumsum(e, 0)
+        pick = tl.minimum(pick, tl.min(tl.where(kept & (cdf > target), idx, V), 0))
+        last = tl.maximum(last, tl.max(tl.where(e > 0, idx, 0), 0))
+        run += tl.sum(e, 0)
+    return tl.minimum(pick, last)
+
+
+@triton.jit
+def nucleus_draw(
+    src, ids, n, inv, m, cut, lo, hi, target, V,
+    COMPACT: tl.constexpr, BLOCK: tl.constexpr, PROBES: tl.constexpr,
+    SEARCH_PASSES: tl.constexpr,
+):  # fmt: skip
+    """The edge by the key search in (lo, hi] (S(lo) > cut >= S(hi), S(k) the mass of
+    values > k), then the draw over the kept entries at u = `target`."""
+    j = tl.arange(0, PROBES)
+    for _ in range(SEARCH_PASSES):
+        if hi - lo > 1:  # a converged bracket skips its remaining passes
+            probe = lo + ((hi - lo) * (j + 1).to(tl.int64)) // PROBES  # last: hi
+            at = value_of(probe)
+            mass = tl.zeros((PROBES,), tl.float32)
+            for c in range(0, n, BLOCK):
+                s, idx, inside = scaled(src, ids, c, n, inv, COMPACT, BLOCK)
+                e = tl.where(inside, tl.exp(s - m), 0.0)
+                mass += tl.sum(tl.where(s[:, None] > at[None, :], e[:, None], 0.0), 0)
+            small = mass <= cut  # non-decreasing in j, true at the last probe
+            hi = tl.min(tl.where(small, probe, hi), 0)
+            lo = tl.max(tl.where(small, lo, probe), 0)
+    edge = value_of(hi)
+    total = tl.full((), 0.0, tl.float32)
+    for c in range(0, n, BLOCK):
+        s, idx, inside = scaled(src, ids, c, n, inv, COMPACT, BLOCK)
+        total += tl.sum(tl.where(inside & (s >= edge), tl.exp(s - m), 0.0), 0)
+    return draw(src, ids, n, inv, m, edge, target * total, V, COMPACT, BLOCK)
+
+
+@triton.jit
+def sample_kernel(
+    logits, stride, u, temperature, top_p, out, path, values, ids, V, capacity,
+    NUCLEUS: tl.constexpr, BLOCK: tl.constexpr, PROBES: tl.constexpr,
+    SEARCH_PASSES: tl.constexpr,
+):  # fmt: skip
+    row = tl.program_id(0)
+    base = logits + row.to(tl.int64) * stride
+    lane = tl.arange(0, BLOCK)
+    t = tl.load(temperature + row)
+    inv = 1.0 / tl.maximum(t, 1e-6)
+    # the first pass: greedy token; max, min and normaliser of the scaled logits
+    best = tl.full((), float("-inf"), tl.float32)
+    arg = tl.full((), 0, tl.int64)
+    m = tl.full((), float("-inf"), tl.float32)
+    lo_s = tl.full((), float("inf"), tl.float32)
+    z = tl.full((), 0.0, tl.float32)
+    for c in range(0, V, BLOCK):
+        idx = c + lane
+        inside = idx < V
+        x = tl.load(base + idx, mask=inside, other=float("-inf")).to(tl.float32)
+        cmax = tl.max(x, 0)
+        carg = tl.min(tl.where(x == cmax, idx, V), 0).to(tl.int64)  # first maximum
+        arg = tl.where(cmax > best, carg, arg)
+        best = tl.maximum(best, cmax)
+        s = x * inv
+        m_new = tl.maximum(m, tl.max(s, 0))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # a block of -inf only
+        z = z * tl.exp(m - m_safe) + tl.sum(tl.where(inside, tl.exp(s - m_safe), 0.0), 0)
+        m = m_new
+        finite = inside & (s > float("-inf"))  # a -inf logit has no mass and no key below
+        lo_s = tl.minimum(lo_s, tl.min(tl.where(finite, s, float("inf")), 0))
+    if t <= 0:
+        tl.store(out + row, arg)
+        tl.store(path + row, 0)
+    else:
+        target = tl.load(u + row)
+        if NUCLEUS:
+            p = tl.load(top_p + row)
+        else:
+            p = tl.full((), 1.0, tl.float32)
+        if p >= 1.0:  # every finite entry kept: z is the total
+            tok = draw(base, base, V, inv, m, lo_s, target * z, V, False, BLOCK)
+            tl.store(out + row, tok)
+            tl.store(path + row, 1)
+        else:
+            vals = values + row.to(tl.int64) * capacity
+            vids = ids + row.to(tl.int64) * capacity
+            cut = p * z
+            k = m + tl.log((1.0 - p) * z / V) - 1.0  # below the edge, with a margin of e
+            n = gather(base, V, inv, k, vals, vids, capacity, BLOCK)
+            if n <= capacity:
+                tok = nucleus_draw(
+                    vals, vids, n, inv, m, cut, key_of(k), key_of(m), target, V,
+                    True, BLOCK, PROBES, SEARCH_PASSES,
+                )  # fmt: skip
+                tl.store(out + row, tok)
+                tl.store(path + row, 2)
+            else:  # mass and count above 16 values from k to m: a bracket (a, b]
+                j = tl.arange(0, PROBES)
+                probe = k + (m - k) * j.to(tl.float32) / PROBES  # probe 0 is k
+                mass = tl.zeros((PROBES,), tl.float32)
+                count = tl.zeros((PROBES,), tl.int32)
+                for c in range(0, V, BLOCK):
+                    s, idx, inside = scaled(base, base, c, V, inv, False, BLOCK)
+                    above = s[:, None] > probe[None, :]
+                    mass += tl.sum(tl.where(above, tl.exp(s - m)[:, None], 0.0), 0)
+                    count += tl.sum(above.to(tl.int32), 0)
+                big = mass > cut
+                a = tl.max(tl.where(big, probe, k), 0)
+                b = tl.min(tl.where(big, m, probe), 0)
+                n_a = tl.min(tl.where(big, count, n), 0)  # entries above a
+                if n_a <= capacity:
+                    n_a = gather(base, V, inv, a, vals, vids, capacity, BLOCK)
+                    tok = nucleus_draw(
+                        vals, vids, n_a, inv, m, cut, key_of(a), key_of(b), target, V,
+                        True, BLOCK, PROBES, SEARCH_PASSES,
+                    )  # fmt: skip
+                    tl.store(out + row, tok)
+                    tl.store(path + row, 3)
+                else:
+                    tok = nucleus_draw(
+                        base, base, V, inv, m, cut, key_of(a), key_of(b), target, V,
+                        False, BLOCK, PROBES, SEARCH_PASSES,
+                    )  # fmt: skip
+                    tl.store(out + row, tok)
+                    tl.store(path + row, 4)
