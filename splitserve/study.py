@@ -22,6 +22,7 @@ from __future__ import annotations
 import fcntl
 import json
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -449,6 +450,13 @@ def _execute(study: Study, command: str) -> int:
         print(f"\n[{i}/{len(stages)}] {stage.name}\n    {stage.line()}", flush=True)
         t0 = time.perf_counter()
         rc = run_stage(stage.argv)
+        if rc in (130, -signal.SIGINT):  # the stage was interrupted (Ctrl-C or SIGINT)
+            print(
+                f"interrupted: {stage.name} stopped (exit {rc}); rerun `{command}` to "
+                "continue from this stage",
+                file=sys.stderr,
+            )
+            return 130
         if rc != 0:
             print(
                 f"error: {stage.name} failed (exit {rc}); fix the cause and rerun "

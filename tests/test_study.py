@@ -15,7 +15,8 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from draft_models.config_io import load_dataclass
-from splitserve.study import Study, StudyConfig
+from splitserve import study as study_module
+from splitserve.study import Stage, Study, StudyConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
@@ -298,3 +299,16 @@ def test_results_carry_the_calibration_a_job_fitted_at_the_end(tmp_path):
     (final / "sts_report.json").write_text(json.dumps({"test": {"ece_after": [0.01, 0.02]}}))
     table = json.loads(study.write_results("cmd").read_text())["tables"][study.table_key()]
     assert table["calibration"] == {"b": {"test": {"ece_after": [0.01, 0.02]}}}
+
+
+def test_an_interrupted_stage_is_named_as_interrupted_not_failed(tmp_path, capsys):
+    """A stage that a SIGINT stopped (exit 130, as `splitserve.train` exits, or killed by the
+    signal) stops the study with exit 130 and says how to continue, not that it failed."""
+    study = Study(_tiny(tmp_path))
+    for how in ("raise SystemExit(130)", "import os, signal; os.kill(os.getpid(), signal.SIGINT)"):
+        stop = Stage("evaluate a T=0", [sys.executable, "-c", how], done=False)
+        study.plan = lambda stop=stop: [stop]
+        assert study_module._execute(study, "python -m splitserve.study +experiment=x") == 130
+        err = capsys.readouterr().err
+        assert "interrupted: evaluate a T=0 stopped" in err and "failed" not in err
+        assert "rerun `python -m splitserve.study +experiment=x` to continue" in err
