@@ -31,6 +31,7 @@ from .config import RunConfig, load_run_config
 from .data import load_prompts, saved_data_config
 from .run_metrics import metrics_lines, metrics_records
 from .target.backends import backend_class
+from .target.chat import answer_token_counts
 from .target.config import RANDOM_WEIGHT_KINDS
 from .target.models import (
     check_tokenizer,
@@ -262,25 +263,10 @@ def count_answer_tokens(
 ) -> torch.Tensor:
     """Counts [vocab_size] of every target id over the tokens the trainer supervises: each training
     conversation rendered as the target worker renders it (chat template, cut to
-    `max_length`), its assistant-turn tokens counted. A conversation repeated in the pool
-    (source weights) counts as often as it appears; one without an answer (a prompt-only
-    source the target answers) counts nothing. A progress bar past a thousand conversations."""
-    from collections import Counter
-
-    from tqdm import tqdm
-
-    from .target.chat import render_with_loss_mask
-
-    repeats = Counter(id(c) for c in conversations)
-    unique = list({id(c): c for c in conversations}.values())
-    counts = torch.zeros(vocab_size, dtype=torch.long)
-    for conv in tqdm(
-        unique, desc="counting answer tokens", unit="conv", disable=len(unique) < 1000
-    ):
-        if not any(m.get("role") == "assistant" for m in conv):
-            continue
-        ids, mask = render_with_loss_mask(tokenizer, conv, max_length)
-        counts += torch.bincount(ids[mask], minlength=vocab_size) * repeats[id(conv)]
+    `max_length`), its assistant-turn tokens counted (target.chat.answer_token_counts: repeats
+    count as often as they appear in the pool, large pools over spawned processes). Refuses a
+    pool with no answers (prompt-only sources the target answers)."""
+    counts = answer_token_counts(tokenizer, conversations, max_length, vocab_size)
     if not counts.any():
         raise ValueError(
             f"draft.draft_vocab_size={k}: the training data holds no answer "

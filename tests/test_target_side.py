@@ -8,7 +8,7 @@ from conftest import llama_config
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from splitserve.target.capture import capture_states, target_sample
-from splitserve.target.chat import render_with_loss_mask
+from splitserve.target.chat import answer_token_counts, render_with_loss_mask
 from splitserve.target.embedded import MARKER, ensure_smollm2, smollm2_gguf
 
 
@@ -418,3 +418,29 @@ def test_static_backend_refuses_a_hybrid_target():
                 "cpu", seed=0, max_length=64, max_prompt_tokens=32,
             )
         )  # fmt: skip
+
+
+@pytest.mark.slow  # spawns two processes
+def test_answer_token_counts_in_spawned_workers_equal_one_process(smol_dir):
+    """The draft vocabulary's counts: every assistant-turn token of each conversation as
+    render_with_loss_mask renders it, a conversation listed twice counted twice, a prompt-only
+    one not at all; spread over two spawned workers (chunks of 500 conversations) the counts
+    are the same, and a pool with no answers is refused by name."""
+    from splitserve import train
+
+    tok = AutoTokenizer.from_pretrained(smol_dir)
+    convs = [
+        [{"role": "user", "content": f"What is {i} + {i % 7}?"},
+         {"role": "assistant", "content": f"{i} + {i % 7} = {2 * i % 7 + i} ... {'ok ' * (i % 5)}"}]
+        for i in range(1100)
+    ]  # fmt: skip
+    pool = convs + convs[:3] + [[{"role": "user", "content": "no answer"}]]
+    want = torch.zeros(49152, dtype=torch.long)
+    for c in convs + convs[:3]:
+        ids, mask = render_with_loss_mask(tok, c, 64)
+        want += torch.bincount(ids[mask], minlength=49152)
+    one = answer_token_counts(tok, pool, 64, 49152, workers=1)
+    assert torch.equal(one, want) and want.sum() > 1100 * 5
+    assert torch.equal(answer_token_counts(tok, pool, 64, 49152, workers=2), want)
+    with pytest.raises(ValueError, match="draft.draft_vocab_size=600: the training data holds no"):
+        train.count_answer_tokens(tok, pool[-1:], 64, 49152, 600)
