@@ -8,14 +8,14 @@ program reads its row's logits (98 KB in bf16) in few passes:
 1. the greedy token (first maximum), and at temperature T > 0 the maximum m, the minimum and the
    softmax's normaliser z of the scaled logits s = logits / T (an online softmax). Without a
    nucleus the draw follows (4.), over the whole row with z as its total.
-2. With top_p = p < 1, the candidates: every entry with s > k, k = m + ln((1 - p) z / V) - 1,
-   copied with its id to a per-row scratch in vocabulary order. No entry at or below k can be in
-   the nucleus (all of them together hold less than (1 - p) z), so the search and the draw run
-   over the candidates alone, usually a few hundred entries instead of V.
-   When more than `capacity` entries pass k, one more pass sums the mass and counts the entries
-   above 16 values between k and m; the highest value whose mass above still exceeds p z
-   brackets the nucleus's edge from below, and its candidates are copied if they fit; otherwise
-   the search and the draw run over the whole row from that bracket.
+2. With top_p = p < 1, the candidates: every entry with s - m > ln((1 - p) z / V) - 1, copied
+   with its id to a per-row scratch in vocabulary order. No other entry can be in the nucleus
+   (all of them together hold less than (1 - p) z), so the search and the draw run over the
+   candidates alone (on real SmolLM2 logits at T = 1, a median of 1,840 of 49,152 entries).
+   When more than `capacity` entries qualify, one more pass sums the mass and counts the entries
+   above 16 values between that bound and m; the highest value whose mass above still exceeds
+   p z brackets the nucleus's edge from below, and the entries above it are copied if they fit;
+   otherwise the search and the draw run over the whole row from that bracket.
 3. the nucleus's smallest kept value (the edge), by a 16-way search over the scaled logits'
    order-preserving integer keys: each pass sums the mass above 15 candidate keys, 8 passes
    narrow any bracket of finite floats to one key. The kept set is every token whose scaled

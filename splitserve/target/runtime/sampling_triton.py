@@ -35,18 +35,20 @@ def scaled(src, ids, start, n, inv, COMPACT: tl.constexpr, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def gather(base, V, inv, above, values, ids, capacity, BLOCK: tl.constexpr):
-    """Copy the row's entries with s > above to the scratch in vocabulary order (the first
-    `capacity` of them); their count."""
+def gather(base, V, inv, shift, above, values, ids, capacity, BLOCK: tl.constexpr):
+    """Copy the row's entries with s - shift > above to the scratch in vocabulary order (the
+    first `capacity` of them); their count. (Relative to m a bound survives logits of any size:
+    m + a small negative number rounds to m once |m| passes 2^23, as at T = 1e-6.)"""
     count = tl.full((), 0, tl.int32)
     for c in range(0, V, BLOCK):
         s, idx, inside = scaled(base, base, c, V, inv, False, BLOCK)
-        keep = (inside & (s > above)).to(tl.int32)
+        keep = (inside & (s - shift > above)).to(tl.int32)
         at = count + tl.cumsum(keep, 0) - 1
         write = (keep > 0) & (at < capacity)
         tl.store(values + at, s, mask=write)
         tl.store(ids + at, idx.to(tl.int32), mask=write)
         count += tl.sum(keep, 0)
+    tl.debug_barrier()  # the scratch is read back in other threads' layout
     return count
 
 
@@ -146,18 +148,21 @@ def sample_kernel(
             vals = values + row.to(tl.int64) * capacity
             vids = ids + row.to(tl.int64) * capacity
             cut = p * z
-            k = m + tl.log((1.0 - p) * z / V) - 1.0  # below the edge, with a margin of e
-            n = gather(base, V, inv, k, vals, vids, capacity, BLOCK)
+            # entries at or below m + d hold less than (1 - p) z together (V of them at most,
+            # each under (1 - p) z / (e V)): none is in the nucleus
+            d = tl.log((1.0 - p) * z / V) - 1.0
+            n = gather(base, V, inv, m, d, vals, vids, capacity, BLOCK)
+            lo = key_of(lo_s) - 1  # below every finite entry: the search's start
             if n <= capacity:
                 tok = nucleus_draw(
-                    vals, vids, n, inv, m, cut, key_of(k), key_of(m), target, V,
+                    vals, vids, n, inv, m, cut, lo, key_of(m), target, V,
                     True, BLOCK, PROBES, SEARCH_PASSES,
                 )  # fmt: skip
                 tl.store(out + row, tok)
                 tl.store(path + row, 2)
-            else:  # mass and count above 16 values from k to m: a bracket (a, b]
+            else:  # mass and count above 16 values from m + d to m: a bracket (a, b]
                 j = tl.arange(0, PROBES)
-                probe = k + (m - k) * j.to(tl.float32) / PROBES  # probe 0 is k
+                probe = m + d * (PROBES - j).to(tl.float32) / PROBES
                 mass = tl.zeros((PROBES,), tl.float32)
                 count = tl.zeros((PROBES,), tl.int32)
                 for c in range(0, V, BLOCK):
@@ -165,21 +170,23 @@ def sample_kernel(
                     above = s[:, None] > probe[None, :]
                     mass += tl.sum(tl.where(above, tl.exp(s - m)[:, None], 0.0), 0)
                     count += tl.sum(above.to(tl.int32), 0)
-                big = mass > cut
-                a = tl.max(tl.where(big, probe, k), 0)
+                big = mass > cut  # a prefix of the probes: a, the last, has S(a) > cut
+                a = tl.max(tl.where(big, probe, float("-inf")), 0)
                 b = tl.min(tl.where(big, m, probe), 0)
-                n_a = tl.min(tl.where(big, count, n), 0)  # entries above a
+                some = tl.max(big.to(tl.int32), 0) > 0
+                lo = tl.where(some, key_of(a), lo)
+                n_a = tl.min(tl.where(big, count, capacity + 1), 0)  # entries above a
                 if n_a <= capacity:
-                    n_a = gather(base, V, inv, a, vals, vids, capacity, BLOCK)
+                    n_a = gather(base, V, inv, 0.0, a, vals, vids, capacity, BLOCK)
                     tok = nucleus_draw(
-                        vals, vids, n_a, inv, m, cut, key_of(a), key_of(b), target, V,
+                        vals, vids, n_a, inv, m, cut, lo, key_of(b), target, V,
                         True, BLOCK, PROBES, SEARCH_PASSES,
                     )  # fmt: skip
                     tl.store(out + row, tok)
                     tl.store(path + row, 3)
                 else:
                     tok = nucleus_draw(
-                        base, base, V, inv, m, cut, key_of(a), key_of(b), target, V,
+                        base, base, V, inv, m, cut, lo, key_of(b), target, V,
                         False, BLOCK, PROBES, SEARCH_PASSES,
                     )  # fmt: skip
                     tl.store(out + row, tok)
