@@ -153,14 +153,9 @@ def sample_kernel(
             d = tl.log((1.0 - p) * z / V) - 1.0
             n = gather(base, V, inv, m, d, vals, vids, capacity, BLOCK)
             lo = key_of(lo_s) - 1  # below every finite entry: the search's start
-            if n <= capacity:
-                tok = nucleus_draw(
-                    vals, vids, n, inv, m, cut, lo, key_of(m), target, V,
-                    True, BLOCK, PROBES, SEARCH_PASSES,
-                )  # fmt: skip
-                tl.store(out + row, tok)
-                tl.store(path + row, 2)
-            else:  # mass and count above 16 values from m + d to m: a bracket (a, b]
+            hi = key_of(m)
+            mode = tl.where(n <= capacity, 2, 4)  # the path (PATHS in sampling_kernels)
+            if n > capacity:  # mass and count above 16 values from m + d to m: a bracket (a, b]
                 j = tl.arange(0, PROBES)
                 probe = m + d * (PROBES - j).to(tl.float32) / PROBES
                 mass = tl.zeros((PROBES,), tl.float32)
@@ -172,22 +167,20 @@ def sample_kernel(
                     count += tl.sum(above.to(tl.int32), 0)
                 big = mass > cut  # a prefix of the probes: a, the last, has S(a) > cut
                 a = tl.max(tl.where(big, probe, float("-inf")), 0)
-                b = tl.min(tl.where(big, m, probe), 0)
-                some = tl.max(big.to(tl.int32), 0) > 0
-                lo = tl.where(some, key_of(a), lo)
-                n_a = tl.min(tl.where(big, count, capacity + 1), 0)  # entries above a
-                if n_a <= capacity:
-                    n_a = gather(base, V, inv, 0.0, a, vals, vids, capacity, BLOCK)
-                    tok = nucleus_draw(
-                        vals, vids, n_a, inv, m, cut, lo, key_of(b), target, V,
-                        True, BLOCK, PROBES, SEARCH_PASSES,
-                    )  # fmt: skip
-                    tl.store(out + row, tok)
-                    tl.store(path + row, 3)
-                else:
-                    tok = nucleus_draw(
-                        base, base, V, inv, m, cut, lo, key_of(b), target, V,
-                        False, BLOCK, PROBES, SEARCH_PASSES,
-                    )  # fmt: skip
-                    tl.store(out + row, tok)
-                    tl.store(path + row, 4)
+                lo = tl.where(tl.max(big.to(tl.int32), 0) > 0, key_of(a), lo)
+                hi = key_of(tl.min(tl.where(big, m, probe), 0))
+                if tl.min(tl.where(big, count, capacity + 1), 0) <= capacity:  # above a
+                    n = gather(base, V, inv, 0.0, a, vals, vids, capacity, BLOCK)
+                    mode = tl.full((), 3, tl.int32)
+            if mode < 4:
+                tok = nucleus_draw(
+                    vals, vids, n, inv, m, cut, lo, hi, target, V,
+                    True, BLOCK, PROBES, SEARCH_PASSES,
+                )  # fmt: skip
+            else:
+                tok = nucleus_draw(
+                    base, base, V, inv, m, cut, lo, hi, target, V,
+                    False, BLOCK, PROBES, SEARCH_PASSES,
+                )  # fmt: skip
+            tl.store(out + row, tok)
+            tl.store(path + row, mode.to(tl.int8))
