@@ -1,9 +1,10 @@
-"""The sampler's Triton code compiles for the device machine's GPU (sm_90, an H100 or H200) on
-this CPU: Triton's own front end, its LLVM passes and its bundled ptxas, ahead of time, as the
-first call on a GPU would compile it (TRITON_INTERPRET off, a fresh cache). The interpreter
-(test_kernels_interpreted.py) checks arithmetic but not typing: a kernel variable given two
-types compiled nowhere but on the GPU (2026-12-06). What this cannot check (speed, a GPU's
-rounding) stays with the device machine's GPU tests."""
+"""Every Triton kernel of the project compiles for the device machine's GPU (sm_90, an H100 or
+H200) on this CPU: Triton's own front end, its LLVM passes and its bundled ptxas, ahead of time,
+as the first launch on a GPU would compile it (TRITON_INTERPRET off, a fresh cache), at the
+specialisations the launchers use. The interpreter (test_kernels_interpreted.py) checks
+arithmetic but not typing: a kernel variable given two types compiled nowhere but on the GPU
+(2026-12-06). What this cannot check (speed, a GPU's rounding) stays with the device machine's
+GPU tests."""
 
 import os
 import subprocess
@@ -17,27 +18,59 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-from splitserve.target.runtime import sampling_kernels as sk, sampling_triton as st
+from draft_models import loss_kernels
+from splitserve.target.runtime import attention_kernels, moe_kernels, sampling_kernels as sk
+from splitserve.target.runtime import sampling_triton
 
-signature = {
-    "logits": "*bf16", "stride": "i32", "u": "*fp32", "temperature": "*fp32", "top_p": "*fp32",
-    "out": "*i64", "path": "*i8", "values": "*fp32", "ids": "*i32", "V": "i32", "capacity": "i32",
-    "NUCLEUS": "constexpr", "BLOCK": "constexpr", "PROBES": "constexpr",
-    "SEARCH_PASSES": "constexpr",
-}
-for nucleus in (False, True):
-    constexprs = {"NUCLEUS": nucleus, "BLOCK": sk.BLOCK, "PROBES": sk.PROBES,
-                  "SEARCH_PASSES": sk.SEARCH_PASSES}
+def build(name, fn, signature, constexprs, warps):
+    sig = {**signature, **{k: "constexpr" for k in constexprs}}
     kernel = triton.compile(
-        ASTSource(st.sample_kernel, signature, constexprs=constexprs),
-        target=GPUTarget("cuda", 90, 32), options={"num_warps": 8},
+        ASTSource(fn, sig, constexprs=constexprs),
+        target=GPUTarget("cuda", 90, 32), options={"num_warps": warps},
     )
-    print("sample_kernel", nucleus, len(kernel.asm["cubin"]))
+    print(name, len(kernel.asm["cubin"]))
+
+P = lambda names, t: {n: t for n in names.split()}  # noqa: E731
+
+for nucleus in (False, True):
+    build(f"sample_kernel/{nucleus}", sampling_triton.sample_kernel, {
+        **P("logits", "*bf16"), "stride": "i32", **P("u temperature top_p", "*fp32"),
+        "out": "*i64", "path": "*i8", "values": "*fp32", "ids": "*i32", **P("V capacity", "i32"),
+    }, {"NUCLEUS": nucleus, "BLOCK": sk.BLOCK, "PROBES": sk.PROBES,
+        "SEARCH_PASSES": sk.SEARCH_PASSES}, 8)
+
+partial_kernel, merge_kernel = attention_kernels.kernels()
+for window in (False, True):  # head dim 128, 4 query heads a key head, width 1
+    build(f"partial_kernel/{window}", partial_kernel, {
+        **P("q kc vc", "*bf16"), **P("rows pos", "*i64"), **P("m_out l_out acc_out", "*fp32"),
+        **P("sq_b sq_w sq_h sc_r sc_h sc_l Hk W chunk", "i32"), "scale": "fp32",
+        "window": "i32",
+    }, {"G": 4, "D": 128, "BLOCK_R": 16, "BLOCK_K": 64, "WINDOW": window}, 4)
+build("merge_kernel", merge_kernel, {
+    **P("m_in l_in acc_in", "*fp32"), "o": "*bf16", **P("so_b so_w so_h Hk W splits", "i32"),
+}, {"G": 4, "D": 128, "BLOCK_R": 16}, 4)
+
+for has_scale in (False, True):
+    build(f"pair_gemv/{has_scale}", moe_kernels.kernels(), {
+        **P("x w", "*bf16"), "expert": "*i64", "scale": "*bf16", "out": "*bf16",
+        **P("K N row_div", "i32"),
+    }, {"HAS_SCALE": has_scale, "BLOCK_N": 32, "BLOCK_K": 128}, 4)
+
+for fkl in (False, True):
+    build(f"loss_rows/{fkl}", loss_kernels._rows_kernel, {
+        **P("ZD ZT", "*bf16"), "LAB": "*i64", **P("CCE CDI OUT", "*fp32"), "G": "*bf16",
+        **P("R V s_zd s_zt s_g", "i32"),
+    }, {"FKL": fkl, "GRAD": True, "BLOCK": 2048}, 8)
 """
+
+KERNELS = [
+    "sample_kernel/False", "sample_kernel/True", "partial_kernel/False", "partial_kernel/True",
+    "merge_kernel", "pair_gemv/False", "pair_gemv/True", "loss_rows/False", "loss_rows/True",
+]  # fmt: skip
 
 
 @pytest.mark.slow
-def test_the_sampler_compiles_for_sm90_ahead_of_time(triton_site, tmp_path):
+def test_every_triton_kernel_compiles_for_sm90_ahead_of_time(triton_site, tmp_path):
     env = {
         **{k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"},
         "PYTHONPATH": os.pathsep.join([str(triton_site), str(ROOT)]),
@@ -48,5 +81,5 @@ def test_the_sampler_compiles_for_sm90_ahead_of_time(triton_site, tmp_path):
         timeout=600,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
-    sizes = [line.split() for line in proc.stdout.splitlines() if line.startswith("sample_kernel")]
-    assert [s[1] for s in sizes] == ["False", "True"] and all(int(s[2]) > 10_000 for s in sizes)
+    built = dict(line.split() for line in proc.stdout.splitlines())
+    assert list(built) == KERNELS and all(int(n) > 5_000 for n in built.values()), built

@@ -26,11 +26,11 @@ def register() -> None:
 
 
 @once
-def _op():
-    """The custom op (built once, on first use): graphs and torch.compile take it whole."""
+def kernels():
+    """The Triton functions (compiled on first launch; tests/test_kernels_compile.py compiles
+    them for sm_90 ahead of time): partial_kernel, merge_kernel."""
     import triton
     import triton.language as tl
-    from torch.library import triton_op, wrap_triton
 
     @triton.jit
     def partial_kernel(
@@ -115,6 +115,17 @@ def _op():
         res = acc / tl.where(l_sum > 0, l_sum, 1.0)[:, None]
         dst = o + b * so_b + w_idx[:, None] * so_w + (h * G + g_idx)[:, None] * so_h + d[None, :]
         tl.store(dst, res.to(o.dtype.element_ty), mask=live[:, None])
+
+    return partial_kernel, merge_kernel
+
+
+@once
+def _op():
+    """The custom op (built once, on first use): graphs and torch.compile take it whole."""
+    import triton
+    from torch.library import triton_op, wrap_triton
+
+    partial_kernel, merge_kernel = kernels()
 
     @triton_op("splitserve::decode_attention", mutates_args={})
     def attend(

@@ -29,11 +29,11 @@ def register() -> None:
 
 
 @once
-def _op():
-    """The custom op (built once, on first use): torch.compile traces it as an opaque kernel."""
+def kernels():
+    """The Triton function (compiled on first launch; tests/test_kernels_compile.py compiles it
+    for sm_90 ahead of time): pair_gemv."""
     import triton
     import triton.language as tl
-    from torch.library import triton_op, wrap_triton
 
     @triton.jit
     def pair_gemv(
@@ -57,6 +57,17 @@ def _op():
             acc = acc * tl.load(scale + pair).to(tl.float32)
         tl.store(out + pair.to(tl.int64) * N + cols, acc.to(out.dtype.element_ty), mask=cols < N)
 
+    return pair_gemv
+
+
+@once
+def _op():
+    """The custom op (built once, on first use): torch.compile traces it as an opaque kernel."""
+    import triton
+    from torch.library import triton_op, wrap_triton
+
+    kernel = kernels()
+
     @triton_op("splitserve::pair_gemv", mutates_args={})
     def gemv(
         x: torch.Tensor, w: torch.Tensor, expert: torch.Tensor, scale: Optional[torch.Tensor],  # noqa: UP045 (the op's schema is read from it)
@@ -66,7 +77,7 @@ def _op():
         out = x.new_empty((pairs, n))
         block_n = 32 if n * pairs < 64 * 1024 else 64  # more programs when there are few pairs
         grid = (pairs, triton.cdiv(n, block_n))
-        wrap_triton(pair_gemv)[grid](
+        wrap_triton(kernel)[grid](
             x, w, expert, scale if scale is not None else expert, out, k, n, row_div,
             HAS_SCALE=scale is not None, BLOCK_N=block_n, BLOCK_K=128, num_warps=4,
         )  # fmt: skip
