@@ -12,8 +12,9 @@ regeneration recipe's mix. Timed, each as one CUDA-graph replay (median of `--re
 PyTorch sampler (`sampling.sample_rows` with the kernel off) and the Triton one, each with and
 without the nucleus; reported beside the time to read the logits once at this device's copy
 bandwidth (benchlib.copy_bandwidth, the same run), the rows each kernel path took
-(sampling_kernels.PATHS) and how many rows' tokens the two samplers drew differently (fp32
-against fp64 sums). On CPU (a smoke run): fp32, eager, the PyTorch sampler only. Writes JSON to
+(sampling_kernels.PATHS), how many rows' tokens the two samplers drew differently (fp32 against
+fp64 sums) and how many candidates the nucleus rows have (`candidates`, computed in torch). On
+CPU: fp32, eager, the PyTorch sampler only (and the candidates). Writes JSON to
 --out.
 """
 
@@ -49,6 +50,7 @@ def answer_logits(args, device, dtype) -> torch.Tensor:
     model_dir = ensure_smollm2()
     tok = AutoTokenizer.from_pretrained(model_dir)
     tok.padding_side = "left"
+    tok.truncation_side = "left"  # a long prompt keeps its end: the assistant's turn opening
     model = load_causal_lm(model_dir, device, dtype)
     texts = [
         tok.apply_chat_template(prompt_turns(c), tokenize=False, add_generation_prompt=True)
@@ -64,6 +66,25 @@ def answer_logits(args, device, dtype) -> torch.Tensor:
     g = torch.Generator().manual_seed(0)
     pick = torch.randint(0, every.shape[0], (args.rows,), generator=g).to(device)
     return every.index_select(0, pick).to(dtype).contiguous()
+
+
+def candidate_counts(logits, temperature, top_p, capacity: int) -> dict:
+    """How many entries of each nucleus row (temperature > 0, top_p < 1) the Triton sampler
+    copies out (s - m > ln((1 - p) z / V) - 1, sampling_kernels' bound), computed here in
+    torch: quantiles and the share of rows over the scratch's capacity."""
+    rows = (temperature > 0) & (top_p < 1)
+    s = logits[rows].float() / temperature[rows, None]
+    m = s.max(-1, keepdim=True).values
+    z = (s - m).exp().sum(-1, keepdim=True)
+    d = ((1 - top_p[rows, None]) * z / s.shape[-1]).log() - 1
+    n = (s - m > d).sum(-1).float().cpu()
+    if not n.numel():
+        return {"rows": 0}
+    q = [round(float(n.quantile(x)), 1) for x in (0.5, 0.9, 0.99)]
+    return {
+        "rows": n.numel(), "median": q[0], "p90": q[1], "p99": q[2], "max": int(n.max()),
+        "capacity": capacity, "over_capacity": round(float((n > capacity).float().mean()), 4),
+    }  # fmt: skip
 
 
 def replay_ms(fn, repeats: int, device) -> float:
@@ -130,6 +151,7 @@ def main(argv=None) -> None:
         "dtype": str(dtype).removeprefix("torch."),
         "copy_bandwidth_GBps": round(bandwidth / 1e9, 1),
         "read_logits_once_ms": round(1e3 * read_once / bandwidth, 4),
+        "candidates": candidate_counts(logits, temperature, top_p, sampling_kernels.CAPACITY),
         "results": [],
     }  # fmt: skip
     for nucleus in (False, True):

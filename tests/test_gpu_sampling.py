@@ -60,10 +60,10 @@ def test_the_kernel_draws_the_pytorch_samplers_tokens(nucleus):
 
 
 def test_every_path_of_the_nucleus_draws_the_same_tokens():
-    """With a scratch of 64 candidates some nucleus rows fit it above the bound k, some only
+    """With a scratch of 64 candidates some nucleus rows fit it above the bound, some only
     above the bracket the probes find, and some take the whole row: each path draws the PyTorch
     sampler's token (and the paths are those the docstring names: greedy rows 0, rows without a
-    nucleus 1). With the default capacity every nucleus row of this set fits above k."""
+    nucleus 1); at the default capacity the same tokens."""
     args = rows(64, 2500)
     want = reference(*args, True)
     u = counter_row_uniform(args[1], args[2])

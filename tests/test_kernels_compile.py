@@ -1,10 +1,10 @@
 """Every Triton kernel of the project compiles for the device machine's GPU (sm_90, an H100 or
 H200) on this CPU: Triton's own front end, its LLVM passes and its bundled ptxas, ahead of time,
-as the first launch on a GPU would compile it (TRITON_INTERPRET off, a fresh cache), at the
-specialisations the launchers use. The interpreter (test_kernels_interpreted.py) checks
-arithmetic but not typing: a kernel variable given two types compiled nowhere but on the GPU
-(2026-12-06). What this cannot check (speed, a GPU's rounding) stays with the device machine's
-GPU tests."""
+as the first launch on a GPU would compile it (TRITON_INTERPRET off, a fresh cache), in the
+constexpr variants the launchers use (one shape each). The interpreter
+(test_kernels_interpreted.py) checks arithmetic but not typing: a kernel variable given two
+types compiled nowhere but on the GPU (2026-12-06). What this cannot check (speed, a GPU's
+rounding) stays with the device machine's GPU tests."""
 
 import os
 import subprocess
@@ -56,16 +56,17 @@ for has_scale in (False, True):
         **P("K N row_div", "i32"),
     }, {"HAS_SCALE": has_scale, "BLOCK_N": 32, "BLOCK_K": 128}, 4)
 
-for fkl in (False, True):
-    build(f"loss_rows/{fkl}", loss_kernels._rows_kernel, {
-        **P("ZD ZT", "*bf16"), "LAB": "*i64", **P("CCE CDI OUT", "*fp32"), "G": "*bf16",
-        **P("R V s_zd s_zt s_g", "i32"),
-    }, {"FKL": fkl, "GRAD": True, "BLOCK": 2048}, 8)
+for fkl, grad in ((False, True), (True, True), (False, False)):  # no gradient: G is OUT
+    build(f"loss_rows/{fkl}/{grad}", loss_kernels._rows_kernel, {
+        **P("ZD ZT", "*bf16"), "LAB": "*i64", **P("CCE CDI OUT", "*fp32"),
+        "G": "*bf16" if grad else "*fp32", **P("R V s_zd s_zt s_g", "i32"),
+    }, {"FKL": fkl, "GRAD": grad, "BLOCK": 2048}, 8)
 """
 
 KERNELS = [
     "sample_kernel/False", "sample_kernel/True", "partial_kernel/False", "partial_kernel/True",
-    "merge_kernel", "pair_gemv/False", "pair_gemv/True", "loss_rows/False", "loss_rows/True",
+    "merge_kernel", "pair_gemv/False", "pair_gemv/True", "loss_rows/False/True",
+    "loss_rows/True/True", "loss_rows/False/False",
 ]  # fmt: skip
 
 

@@ -1,6 +1,7 @@
 """Target side: the embedded SmolLM2 target, hidden-state capture, assistant-only loss masks."""
 
 import json
+import os
 
 import pytest
 import torch
@@ -444,3 +445,17 @@ def test_answer_token_counts_in_spawned_workers_equal_one_process(smol_dir):
     assert torch.equal(answer_token_counts(tok, pool, 64, 49152, workers=2), want)
     with pytest.raises(ValueError, match="draft.draft_vocab_size=600: the training data holds no"):
         train.count_answer_tokens(tok, pool[-1:], 64, 49152, 600)
+
+
+def test_counting_workers_share_the_cores_among_a_nodes_ranks(monkeypatch):
+    """The default pool: the cores this process may use, split among torchrun's ranks on the
+    node (each counts), at least one and at most 16."""
+    from splitserve.target.chat import count_workers
+
+    cores = len(os.sched_getaffinity(0))
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    assert count_workers() == min(cores, 16)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", str(cores + 1))
+    assert count_workers() == 1
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    assert count_workers() == max(min(cores // 2, 16), 1)

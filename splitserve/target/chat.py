@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 
@@ -93,9 +94,10 @@ def render_with_loss_mask(
     return torch.tensor(ids[:n], dtype=torch.long), mask
 
 
-# Counting below this many conversations stays in this process: starting spawned workers (each
-# imports torch) costs more than it saves.
-PARALLEL_FROM = 2000
+# Counting below this many conversations (~10 s on one core) stays in this process: each
+# spawned worker imports torch and re-imports the launching module (under `python -m
+# splitserve.train`, train.py and its imports: ~2 s here).
+PARALLEL_FROM = 4000
 CHUNK = 500  # conversations a worker renders per task
 
 
@@ -106,7 +108,7 @@ def answer_token_counts(
     as `render_with_loss_mask` renders them (cut to `max_length`); a conversation repeated in
     the list counts as often as it appears, one without an assistant turn counts nothing.
     Rendering runs ~440 conversations a second on one core, so large lists are spread over
-    `workers` spawned processes (default: the cores, at most 16; one below PARALLEL_FROM
+    `workers` spawned processes (default: `count_workers()`; one below PARALLEL_FROM
     conversations). A progress bar past a thousand conversations."""
     from collections import Counter
 
@@ -120,7 +122,7 @@ def answer_token_counts(
     ]
     weights = [repeats[id(c)] for c in unique]
     if workers is None:
-        workers = min(os.cpu_count() or 1, 16) if len(unique) >= PARALLEL_FROM else 1
+        workers = count_workers() if len(unique) >= PARALLEL_FROM else 1
     bar = tqdm(
         total=len(unique), desc="counting answer tokens", unit="conv", disable=len(unique) < 1000
     )
@@ -143,10 +145,19 @@ def answer_token_counts(
     return counts
 
 
+def count_workers() -> int:
+    """Processes for counting: the cores this process may use, shared among the ranks of a
+    launcher on this node (LOCAL_WORLD_SIZE under torchrun, each rank counting), at most 16."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    ranks = max(int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1), 1)
+    return max(min((cores or 1) // ranks, 16), 1)
+
+
 _COUNTER: dict = {}  # a counting process's tokenizer and limits (set once per process)
 
 
 def _counter_init(tokenizer, max_length: int, vocab_size: int) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle, once
     _COUNTER.update(tokenizer=tokenizer, max_length=max_length, vocab_size=vocab_size)
 
 

@@ -28,8 +28,8 @@ program reads its row's logits (98 KB in bf16) in few passes:
 Same law and the same rule as the PyTorch sampler; sums are fp32 rather than fp64 (and logits
 are scaled by 1 / T, one more rounding than a division), so a token whose mass sits within
 rounding of a boundary may be drawn differently. Each row's path (0 greedy, 1 no nucleus,
-2 candidates above k, 3 candidates above the bracket, 4 the whole row) is returned beside its
-token for tests and benchmarks.
+2 candidates above the bound, 3 candidates above the bracket, 4 the whole row) is returned
+beside its token for tests and benchmarks.
 
 Needs Triton and a CUDA device (`available()`); CPU runs never import it (its tests also run
 under Triton's interpreter).
@@ -44,7 +44,7 @@ PROBES = 16  # the search splits its interval into this many parts a pass
 # finite fp32 values span fewer than 16^8 keys, and a pass leaves at most ceil(width / 16)
 SEARCH_PASSES = 8
 CAPACITY = 4096  # candidates a row's scratch holds (fp32 value and int32 id: 32 KB)
-PATHS = ("greedy", "no nucleus", "candidates above k", "candidates above the bracket", "whole row")
+PATHS = ("greedy", "no nucleus", "above the bound", "above the bracket", "whole row")
 
 
 def register() -> None:

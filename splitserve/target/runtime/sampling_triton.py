@@ -38,7 +38,7 @@ def scaled(src, ids, start, n, inv, COMPACT: tl.constexpr, BLOCK: tl.constexpr):
 def gather(base, V, inv, shift, above, values, ids, capacity, BLOCK: tl.constexpr):
     """Copy the row's entries with s - shift > above to the scratch in vocabulary order (the
     first `capacity` of them); their count. (Relative to m a bound survives logits of any size:
-    m + a small negative number rounds to m once |m| passes 2^23, as at T = 1e-6.)"""
+    m + a small negative number rounds to m once |m| exceeds 2^23, as at T = 1e-6.)"""
     count = tl.full((), 0, tl.int32)
     for c in range(0, V, BLOCK):
         s, idx, inside = scaled(base, base, c, V, inv, False, BLOCK)
