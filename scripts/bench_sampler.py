@@ -57,6 +57,7 @@ def answer_logits(args, device, dtype) -> torch.Tensor:
         for c in prompt_conversations(args.prompts)
     ]
     batch = tok(texts, return_tensors="pt", padding=True, truncation=True, max_length=256)
+    torch.manual_seed(0)  # the same answers, so the same logits, each run on a device
     out = model.generate(
         **batch.to(device), do_sample=True, temperature=1.0, top_p=1.0, top_k=0,
         max_new_tokens=args.steps, min_new_tokens=args.steps, output_logits=True,

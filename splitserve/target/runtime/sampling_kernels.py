@@ -11,11 +11,13 @@ program reads its row's logits (98 KB in bf16) in few passes:
 2. With top_p = p < 1, the candidates: every entry with s - m > ln((1 - p) z / V) - 1, copied
    with its id to a per-row scratch in vocabulary order. No other entry can be in the nucleus
    (all of them together hold less than (1 - p) z), so the search and the draw run over the
-   candidates alone (on real SmolLM2 logits at T = 1, a median of 1,840 of 49,152 entries).
-   When more than `capacity` entries qualify, one more pass sums the mass and counts the entries
-   above 16 values between that bound and m; the highest value whose mass above still exceeds
-   p z brackets the nucleus's edge from below, and the entries above it are copied if they fit;
-   otherwise the search and the draw run over the whole row from that bracket.
+   candidates alone. More than a block of them (real SmolLM2 logits at T = 1: a median of
+   about 3,000 of 49,152; scripts/bench_sampler.py reports them) are first narrowed: one pass
+   sums the mass and counts the entries above 16 values between that bound and m, and only
+   those above the highest value whose mass above still exceeds p z (the edge lies above it)
+   are kept, in place. More than `capacity` candidates: the same probe pass over the whole
+   row, then a copy of the entries above its bracket if they fit, else the search and the draw
+   over the whole row from that bracket.
 3. the nucleus's smallest kept value (the edge), by a 16-way search over the scaled logits'
    order-preserving integer keys: each pass sums the mass above 15 candidate keys, 8 passes
    narrow any bracket of finite floats to one key. The kept set is every token whose scaled
@@ -43,7 +45,7 @@ BLOCK = 1024  # vocabulary entries a program reads per iteration
 PROBES = 16  # the search splits its interval into this many parts a pass
 # finite fp32 values span fewer than 16^8 keys, and a pass leaves at most ceil(width / 16)
 SEARCH_PASSES = 8
-CAPACITY = 4096  # candidates a row's scratch holds (fp32 value and int32 id: 32 KB)
+CAPACITY = 16384  # candidates a row's scratch holds (fp32 value and int32 id: 128 KB)
 PATHS = ("greedy", "no nucleus", "above the bound", "above the bracket", "whole row")
 
 
@@ -68,6 +70,7 @@ def _op():
         out = torch.empty(b, dtype=torch.long, device=logits.device)
         path = torch.empty(b, dtype=torch.int8, device=logits.device)
         rows = b if nucleus else 1
+        capacity = min(capacity, v)  # never more than the row
         values = torch.empty(rows, capacity, dtype=torch.float32, device=logits.device)
         ids = torch.empty(rows, capacity, dtype=torch.int32, device=logits.device)
         wrap_triton(sample_kernel)[(b,)](

@@ -35,21 +35,51 @@ def scaled(src, ids, start, n, inv, COMPACT: tl.constexpr, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def gather(base, V, inv, shift, above, values, ids, capacity, BLOCK: tl.constexpr):
-    """Copy the row's entries with s - shift > above to the scratch in vocabulary order (the
-    first `capacity` of them); their count. (Relative to m a bound survives logits of any size:
-    m + a small negative number rounds to m once |m| exceeds 2^23, as at T = 1e-6.)"""
+def gather(
+    src, sids, n, inv, shift, above, values, ids, capacity,
+    COMPACT: tl.constexpr, BLOCK: tl.constexpr,
+):  # fmt: skip
+    """Copy the entries with s - shift > above, from the row (or, COMPACT, from the scratch
+    itself, in place) to the scratch in vocabulary order (the first `capacity` of them); their
+    count. (Relative to m a bound survives logits of any size: m + a small negative number
+    rounds to m once |m| exceeds 2^23, as at T = 1e-6.)"""
     count = tl.full((), 0, tl.int32)
-    for c in range(0, V, BLOCK):
-        s, idx, inside = scaled(base, base, c, V, inv, False, BLOCK)
+    for c in range(0, n, BLOCK):
+        s, idx, inside = scaled(src, sids, c, n, inv, COMPACT, BLOCK)
         keep = (inside & (s - shift > above)).to(tl.int32)
-        at = count + tl.cumsum(keep, 0) - 1
+        at = count + tl.cumsum(keep, 0) - 1  # at most the position read: in place is safe
         write = (keep > 0) & (at < capacity)
+        if COMPACT:
+            tl.debug_barrier()  # the block is read whole before any of it is overwritten
         tl.store(values + at, s, mask=write)
         tl.store(ids + at, idx.to(tl.int32), mask=write)
         count += tl.sum(keep, 0)
     tl.debug_barrier()  # the scratch is read back in other threads' layout
     return count
+
+
+@triton.jit
+def bracket(
+    src, ids, n, inv, m, d, cut, capacity,
+    COMPACT: tl.constexpr, BLOCK: tl.constexpr, PROBES: tl.constexpr,
+):  # fmt: skip
+    """The mass and count above 16 values from m + d to m: a, the highest whose mass above
+    exceeds cut (S(a) > cut, so the edge is above it), whether there is one, the key of b, the
+    next value (S(b) <= cut; m if none), and the count above a (capacity + 1 if none)."""
+    j = tl.arange(0, PROBES)
+    probe = m + d * (PROBES - j).to(tl.float32) / PROBES
+    mass = tl.zeros((PROBES,), tl.float32)
+    count = tl.zeros((PROBES,), tl.int32)
+    for c in range(0, n, BLOCK):
+        s, idx, inside = scaled(src, ids, c, n, inv, COMPACT, BLOCK)
+        up = s[:, None] > probe[None, :]
+        mass += tl.sum(tl.where(up, tl.exp(s - m)[:, None], 0.0), 0)
+        count += tl.sum(up.to(tl.int32), 0)
+    big = mass > cut  # a prefix of the probes
+    a = tl.max(tl.where(big, probe, float("-inf")), 0)
+    some = tl.max(big.to(tl.int32), 0) > 0
+    hi = key_of(tl.min(tl.where(big, m, probe), 0))
+    return a, some, hi, tl.min(tl.where(big, count, capacity + 1), 0)
 
 
 @triton.jit
@@ -151,26 +181,27 @@ def sample_kernel(
             # entries at or below m + d hold less than (1 - p) z together (V of them at most,
             # each under (1 - p) z / (e V)): none is in the nucleus
             d = tl.log((1.0 - p) * z / V) - 1.0
-            n = gather(base, V, inv, m, d, vals, vids, capacity, BLOCK)
+            n = gather(base, base, V, inv, m, d, vals, vids, capacity, False, BLOCK)
             lo = key_of(lo_s) - 1  # below every finite entry: the search's start
             hi = key_of(m)
             mode = tl.where(n <= capacity, 2, 4)  # the path (PATHS in sampling_kernels)
-            if n > capacity:  # mass and count above 16 values from m + d to m: a bracket (a, b]
-                j = tl.arange(0, PROBES)
-                probe = m + d * (PROBES - j).to(tl.float32) / PROBES
-                mass = tl.zeros((PROBES,), tl.float32)
-                count = tl.zeros((PROBES,), tl.int32)
-                for c in range(0, V, BLOCK):
-                    s, idx, inside = scaled(base, base, c, V, inv, False, BLOCK)
-                    above = s[:, None] > probe[None, :]
-                    mass += tl.sum(tl.where(above, tl.exp(s - m)[:, None], 0.0), 0)
-                    count += tl.sum(above.to(tl.int32), 0)
-                big = mass > cut  # a prefix of the probes: a, the last, has S(a) > cut
-                a = tl.max(tl.where(big, probe, float("-inf")), 0)
-                lo = tl.where(tl.max(big.to(tl.int32), 0) > 0, key_of(a), lo)
-                hi = key_of(tl.min(tl.where(big, m, probe), 0))
-                if tl.min(tl.where(big, count, capacity + 1), 0) <= capacity:  # above a
-                    n = gather(base, V, inv, 0.0, a, vals, vids, capacity, BLOCK)
+            if n <= capacity:
+                if n > BLOCK:  # many candidates: keep those above a bracket's lower end
+                    a, some, hi_a, n_a = bracket(
+                        vals, vids, n, inv, m, d, cut, capacity, True, BLOCK, PROBES
+                    )
+                    if some:
+                        n = gather(vals, vids, n, inv, 0.0, a, vals, vids, capacity, True, BLOCK)
+                        lo = key_of(a)
+                        hi = hi_a
+            else:  # too many to copy: a bracket from the whole row, then a copy if it fits
+                a, some, hi_a, n_a = bracket(
+                    base, base, V, inv, m, d, cut, capacity, False, BLOCK, PROBES
+                )
+                lo = tl.where(some, key_of(a), lo)
+                hi = hi_a
+                if n_a <= capacity:
+                    n = gather(base, base, V, inv, 0.0, a, vals, vids, capacity, False, BLOCK)
                     mode = tl.full((), 3, tl.int32)
             if mode < 4:
                 tok = nucleus_draw(
