@@ -12,7 +12,8 @@ program reads its row's logits (98 KB in bf16) in few passes:
    with its id to a per-row scratch in vocabulary order. No other entry can be in the nucleus
    (all of them together hold less than (1 - p) z), so the search and the draw run over the
    candidates alone. More than a block of them (real SmolLM2 logits at T = 1: a median of
-   about 3,000 of 49,152; scripts/bench_sampler.py reports them) are first narrowed: one pass
+   2,866.5 of 49,152, 4.3 % of rows over 16,384; docs/results/throughput_h200,
+   `sampler_candidates_cpu`) are first narrowed: one pass
    sums the mass and counts the entries above 16 values between that bound and m, and only
    those above the highest value whose mass above still exceeds p z (the edge lies above it)
    are kept, in place. More than `capacity` candidates: the same probe pass over the whole
