@@ -195,24 +195,29 @@ def test_resume_after_sigkill_matches_an_uninterrupted_run(tmp_path):
     os.kill(trainer_pid, signal.SIGKILL)
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode != 0 and "trainer0 exited with code -9" in out
-    assert (killed / "checkpoints" / "step-00000002" / "COMPLETE").is_file()
+    # the newest complete checkpoint: step 2, or step 4 where the trainer got there between the
+    # poll that saw step 3 and the kill (seen on a loaded 2-core machine)
+    done = [int(c.parent.name[5:]) for c in (killed / "checkpoints").glob("step-*/COMPLETE")]
+    last = max(done)
+    assert 2 in done and last in (2, 4), done
 
     resumed = _cli(overrides, killed)
     out, _ = resumed.communicate(timeout=300)
     assert resumed.returncode == 0, out
     records = [json.loads(x) for x in (killed / "metrics.jsonl").read_text().splitlines()]
     marks = [r for r in records if r.get("event") == "start"]
-    # one marker a start; the steps after it (3 and on) are the second copy of what step 3 logged
-    assert [m["resumed_from"] for m in marks] == [None, 2] and all(m["time"] for m in marks)
-    assert [r["step"] for r in records[records.index(marks[1]) + 1 :]] == [3, 4, 5]
+    # one marker a start; the steps after it are the second copy of what those steps logged
+    assert [m["resumed_from"] for m in marks] == [None, last] and all(m["time"] for m in marks)
+    after = [r["step"] for r in records[records.index(marks[1]) + 1 :]]
+    assert after == list(range(last + 1, 6))
     # one line on the console names the checkpoint and the step; no DeepSpeed accelerator notice,
     # no empty Hydra log file
-    assert f"resuming from {killed / 'checkpoints' / 'step-00000002'} (step 2 of 5)" in out
+    assert f"resuming from {killed / 'checkpoints' / f'step-{last:08d}'} (step {last} of 5)" in out
     assert "Setting accelerator to CPU" not in out
     assert not list(killed.rglob("*.log"))
     a, b = losses(straight), losses(killed)
     assert sorted(b) == [1, 2, 3, 4, 5]
-    for step in (3, 4, 5):
+    for step in range(last + 1, 6):
         assert b[step] == pytest.approx(a[step], rel=1e-5, abs=1e-5)
     # it ends with a short table and the next commands, not a JSON dump; summary.json keeps
     # every key whole
