@@ -8,21 +8,19 @@ The logits are SmolLM2's own (the embedded target): `--prompts` training prompts
 ShareGPT, as bench_regen takes them) each answered for `--steps` tokens at temperature 1, every
 step's next-token logits kept; `--rows` of them, drawn at random, make the batch, in the rows'
 dtype at regeneration (bf16 on CUDA). Rows alternate greedy and temperature 1 with top_p, the
-regeneration recipe's mix. Timed, each as one CUDA-graph replay (median of `--repeats`): the
-PyTorch sampler (`sampling.sample_rows` with the kernel off) and the Triton one, each with and
-without the nucleus; reported beside the time to read the logits once at this device's copy
-bandwidth (benchlib.copy_bandwidth, the same run), the rows each kernel path took
+regeneration recipe's mix. Timed, each as one CUDA-graph replay (mean of `--repeats` back to
+back): the PyTorch sampler (`sampling.sample_rows` with the kernel off) and the Triton one,
+each with and without the nucleus; reported beside the time to read the logits once at this
+device's copy bandwidth (benchlib.copy_bandwidth, the same run), the rows each kernel path took
 (sampling_kernels.PATHS), how many rows' tokens the two samplers drew differently (fp32 against
 fp64 sums) and how many candidates the nucleus rows have (`candidates`, computed in torch). On
-CPU: fp32, eager, the PyTorch sampler only (and the candidates). Writes JSON to
---out.
+CPU: fp32, eager, the PyTorch sampler only (and the candidates). Writes JSON to --out.
 """
 
 from __future__ import annotations
 
 import platform
 import sys
-import time
 from functools import partial
 from pathlib import Path
 
@@ -31,7 +29,7 @@ import torch
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 from bench_regen import prompt_conversations  # noqa: E402  (scripts/)
-from benchlib import copy_bandwidth, write_report  # noqa: E402
+from benchlib import back_to_back_ms, copy_bandwidth, write_report  # noqa: E402
 
 from draft_models.sampling import counter_row_uniform  # noqa: E402
 from serving import cli  # noqa: E402
@@ -40,6 +38,7 @@ from splitserve.target.config import resolve_dtype  # noqa: E402
 from splitserve.target.embedded import ensure_smollm2  # noqa: E402
 from splitserve.target.models import load_causal_lm  # noqa: E402
 from splitserve.target.runtime import sampling, sampling_kernels  # noqa: E402
+from splitserve.target.runtime.graphs import capture  # noqa: E402
 
 
 @torch.no_grad()
@@ -89,32 +88,12 @@ def candidate_counts(logits, temperature, top_p, capacity: int) -> dict:
 
 
 def replay_ms(fn, repeats: int, device) -> float:
-    """Median ms of one call: a CUDA-graph replay on CUDA, an eager call elsewhere."""
-    if device.type != "cuda":
-        times = []
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - t0)
-        return 1e3 * sorted(times)[len(times) // 2]
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    times = []
-    for _ in range(repeats):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        graph.replay()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    return sorted(times)[len(times) // 2]
+    """Mean ms of one call, `repeats` back to back: a CUDA-graph replay on CUDA (captured by
+    the runtime's graphs.capture), an eager call elsewhere."""
+    if device.type == "cuda":
+        graph, _ = capture(fn, device)
+        fn = graph.replay
+    return back_to_back_ms(fn, repeats, device)
 
 
 def main(argv=None) -> None:
