@@ -132,6 +132,31 @@ def test_ties_at_the_nucleus_edge_are_all_kept_and_greedy_takes_the_first_maximu
     assert first.tolist() == [5, 5]
 
 
+def test_no_token_of_probability_zero_and_one_value_per_row():
+    """Rows holding nearly all their mass in the first block, then a block that underflows
+    (logits of -1e4: probability 0 in fp32, yet kept without a nucleus) and a block of tiny but
+    nonzero mass, drawn at uniforms up to the largest fp32 below 1: every draw is a token of
+    nonzero probability, however the fp32 sums and running sums round (carrying the running
+    mass as a separate sum drew token 1024, the first underflowed one, under the interpreter).
+    Per-row inputs of another length are refused by name (the kernel would read past them)."""
+    n, vocab = 240, 3000
+    g = torch.Generator().manual_seed(9)
+    logits = torch.randn(n, vocab, generator=g) * 2.0
+    logits[:, 1024:2048] = -1e4
+    logits[:, 2048:] = -40.0
+    near_one = 1.0 - torch.tensor([2.0**-24, 2.0**-23, 2.0**-22, 2.0**-20, 2.0**-16, 1e-3])
+    u = near_one.repeat(n // 6)
+    temperature = torch.tensor([1.0, 0.7, 1.3]).repeat(n // 3)
+    top_p = torch.tensor([1.0, 1.0, 1.0, 0.999999, 0.95]).repeat(n // 5)
+    args = [t.to(DEVICE) for t in (logits, u, temperature, top_p)]
+    for capacity in (sampling_kernels.CAPACITY, 64):
+        got, _ = sampling_kernels.sample_rows_with_paths(*args, True, capacity)
+        chosen = logits.gather(1, got.cpu()[:, None])[:, 0]
+        assert chosen.gt(-1e3).all(), got[chosen.le(-1e3)].tolist()
+    with pytest.raises(ValueError, match="u must hold one value per row"):
+        sampling_kernels.sample_rows_with_paths(args[0], args[1][:1], *args[2:], True)
+
+
 @on_gpu_only
 def test_the_kernel_in_a_cuda_graph_and_from_bf16_logits():
     """Replayed in a CUDA graph with new logits in place, bf16 logits at a 49k vocabulary: the

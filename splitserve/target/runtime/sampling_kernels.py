@@ -28,11 +28,12 @@ program reads its row's logits (98 KB in bf16) in few passes:
    counter uniform times that total (clamped to the last token of nonzero probability against
    rounding).
 
-Same law and the same rule as the PyTorch sampler; sums are fp32 rather than fp64 (and logits
-are scaled by 1 / T, one more rounding than a division), so a token whose mass sits within
-rounding of a boundary may be drawn differently. Each row's path (0 greedy, 1 no nucleus,
-2 candidates above the bound, 3 candidates above the bracket, 4 the whole row) is returned
-beside its token for tests and benchmarks.
+Same law and the same rule as the PyTorch sampler, and the same scaled logits (a correctly
+rounded division by T); sums are fp32 rather than fp64, so a token whose mass sits within
+rounding of a boundary may be drawn differently. A token of probability 0 is never drawn. Rows
+need a finite logit: +inf and NaN logits are outside both samplers' contract. Each row's path
+(0 greedy, 1 no nucleus, 2 candidates above the bound, 3 candidates above the bracket, 4 the
+whole row) is returned beside its token for tests and benchmarks.
 
 Needs Triton and a CUDA device (`available()`); CPU runs never import it (its tests also run
 under Triton's interpreter).
@@ -46,7 +47,9 @@ BLOCK = 1024  # vocabulary entries a program reads per iteration
 PROBES = 16  # the search splits its interval into this many parts a pass
 # finite fp32 values span fewer than 16^8 keys, and a pass leaves at most ceil(width / 16)
 SEARCH_PASSES = 8
-CAPACITY = 16384  # candidates a row's scratch holds (fp32 value and int32 id: 128 KB)
+# candidates a row's scratch holds (fp32 value and int32 id: 128 KB a row; a call at 1,024 rows
+# asks 128 MiB of the caching allocator, or of the graph's pool when captured)
+CAPACITY = 16384
 PATHS = ("greedy", "no nucleus", "above the bound", "above the bracket", "whole row")
 
 
@@ -91,6 +94,12 @@ def sample_rows_with_paths(
     the module docstring. `u` [B] fp32 in (0, 1), `temperature` / `top_p` [B] fp32."""
     if capacity < 1:
         raise ValueError(f"capacity must be a positive number of candidates, got {capacity}")
+    b = logits.shape[0]
+    for name, t in (("u", u), ("temperature", temperature), ("top_p", top_p)):
+        if t.shape != (b,):  # the kernel reads one value a row, unchecked
+            raise ValueError(
+                f"{name} must hold one value per row, shape ({b},); got {tuple(t.shape)}"
+            )
     if not torch.compiler.is_compiling():
         _op()
     logits = logits if logits.stride(-1) == 1 else logits.contiguous()
