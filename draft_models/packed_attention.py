@@ -250,9 +250,12 @@ def _flex_block_mask(plan: AttentionPlan, q_len: int, k_len: int, device):
     and the keys' smallest position is below the queries' largest anchor (and, with a sliding
     window, the keys' largest position is within the window of the queries' smallest), and its
     block keys when their block-id ranges overlap (every query is a block token). Every
-    kept tile is marked partial, so flex evaluates the exact rule (mask_mod) inside it; a tile
-    kept in excess costs compute, never correctness. Packing keeps both sides ordered by
-    sequence, so the bounds are tight."""
+    kept tile is partial (flex evaluates the exact rule, mask_mod, inside it; a tile kept in
+    excess costs compute, never correctness) unless the bounds prove every pair allowed: one
+    sequence on both sides, 128 context keys all before the queries' smallest anchor (and all
+    within the window), no ragged edge. Flex skips mask_mod in those full tiles, most of a long
+    sequence's context (mask_mod gathers 8 index values a pair). Packing keeps both sides
+    ordered by sequence, so the bounds are tight."""
     from torch.nn.attention.flex_attention import BlockMask
 
     qf, kf = plan.q_index.fields(), plan.k_index.fields()
@@ -266,25 +269,39 @@ def _flex_block_mask(plan: AttentionPlan, q_len: int, k_len: int, device):
     k_seq, k_pos, k_block, _ = kf
     qs_lo, qs_hi = _tile_bounds(q_seq, q_len)
     qb_lo, qb_hi = _tile_bounds(q_block, q_len)
-    _, anchor_hi = _tile_bounds(q_pos - q_slot, q_len)
+    anchor_lo, anchor_hi = _tile_bounds(q_pos - q_slot, q_len)
+    qp_lo, qp_hi = _tile_bounds(q_pos, q_len)
     ctx = k_block < 0
     ks_lo, ks_hi = _tile_bounds(k_seq, k_len, keep=ctx)
     kp_lo, kp_hi = _tile_bounds(k_pos, k_len, keep=ctx)
     kb_lo, kb_hi = _tile_bounds(k_block, k_len, keep=~ctx)
     same_seqs = (ks_lo[None] <= qs_hi[:, None]) & (qs_lo[:, None] <= ks_hi[None])
     sees_context = same_seqs & (kp_lo[None] < anchor_hi[:, None])
-    if plan.window is not None:  # some key within the window of some query
-        qp_lo, _ = _tile_bounds(q_pos, q_len)
+    # every pair allowed: whole tiles (no ragged edge), all keys context, one shared sequence,
+    # the keys' largest position before the queries' smallest anchor
+    whole_q = torch.arange(len(qs_lo), device=device) < q_len // TILE
+    whole_k = torch.arange(len(ks_lo), device=device) < k_len // TILE
+    whole_k &= _tile_bounds(ctx.long(), k_len)[0] == 1  # no block key
+    one_seq = (qs_lo == qs_hi)[:, None] & (ks_lo == ks_hi)[None] & (qs_lo[:, None] == ks_lo[None])
+    full = whole_q[:, None] & whole_k[None] & one_seq & (kp_hi[None] < anchor_lo[:, None])
+    if plan.window is not None:  # some key within the window of some query; for full, all
         sees_context &= kp_hi[None] > qp_lo[:, None] - plan.window
+        full &= qp_hi[:, None] - kp_lo[None] < plan.window
     sees_block = (kb_lo[None] <= qb_hi[:, None]) & (qb_lo[:, None] <= kb_hi[None])
     keep = sees_context | sees_block  # [query tiles, key tiles]; empty bounds never overlap
-    num = keep.sum(-1, dtype=torch.int32)
-    # kept tiles first, in key order (a stable sort of "not kept")
-    order = torch.sort((~keep).to(torch.int8), dim=-1, stable=True).indices.to(torch.int32)
+    partial = keep & ~full
     return BlockMask.from_kv_blocks(
-        num[None, None], order[None, None], BLOCK_SIZE=TILE, mask_mod=mask_mod,
+        *_kept_first(partial), *_kept_first(full), BLOCK_SIZE=TILE, mask_mod=mask_mod,
         seq_lengths=(q_len, k_len),
     )  # fmt: skip
+
+
+def _kept_first(keep: torch.Tensor):
+    """(count [1, 1, Q tiles], key tile ids [1, 1, Q tiles, K tiles]) of a [Q tiles, K tiles]
+    selection: the selected tiles first, in key order (a stable sort of "not selected")."""
+    num = keep.sum(-1, dtype=torch.int32)
+    order = torch.sort((~keep).to(torch.int8), dim=-1, stable=True).indices.to(torch.int32)
+    return num[None, None], order[None, None]
 
 
 def _tile_bounds(x: torch.Tensor, n: int, keep: torch.Tensor | None = None):

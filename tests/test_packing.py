@@ -189,7 +189,13 @@ def test_flex_block_mask_from_tile_bounds_skips_tiles_and_keeps_every_allowed_pa
     window, block_causal
 ):
     """A packed batch spanning many 128-token tiles (sequences crossing tile edges): the BlockMask
-    built from tile bounds skips tiles, yet flex over it equals SDPA with the dense rule."""
+    built from tile bounds skips tiles, yet flex over it equals SDPA with the dense rule. Tiles
+    it marks full (flex skips the rule inside them) hold allowed pairs only, and they are most
+    of the long sequence's context tiles. Eager flex applies the rule everywhere, so flex is
+    also compiled here (Inductor's CPU kernel skips tiles and the rule as the GPU's does; with
+    tiles wrongly marked full it was off by 2.0)."""
+    from torch.nn.attention.flex_attention import flex_attention
+
     from draft_models.packed_attention import (
         AttentionPlan,
         TokenIndex,
@@ -222,10 +228,17 @@ def test_flex_block_mask_from_tile_bounds_skips_tiles_and_keeps_every_allowed_pa
         )
 
     mask = _flex_block_mask(plan("flex"), len(q_index), len(k_index), q.device)
-    num, idx = mask.kv_num_blocks[0, 0], mask.kv_indices[0, 0]
-    kept = torch.zeros(len(num), idx.shape[1], dtype=torch.bool)
-    for t, n in enumerate(num.tolist()):
-        kept[t, idx[t, :n].long()] = True
+
+    def tiles(num, idx):
+        out = torch.zeros(len(num[0, 0]), idx.shape[-1], dtype=torch.bool)
+        for t, n in enumerate(num[0, 0].tolist()):
+            out[t, idx[0, 0, t, :n].long()] = True
+        return out
+
+    partial = tiles(mask.kv_num_blocks, mask.kv_indices)
+    full = tiles(mask.full_kv_num_blocks, mask.full_kv_indices)
+    assert not (partial & full).any()
+    kept = partial | full
     # the exact tiles: those holding an allowed pair of the dense rule
     dense = allowed_pairs(
         tuple(f[:, None] for f in q_index.fields()),
@@ -238,9 +251,18 @@ def test_flex_block_mask_from_tile_bounds_skips_tiles_and_keeps_every_allowed_pa
     padded[: dense.shape[0], : dense.shape[1]] = dense
     exact = padded.view(qt, 128, kt, 128).any(3).any(1)
     assert not (exact & ~kept).any()  # no tile with an allowed pair is skipped
+    every = padded.view(qt, 128, kt, 128).all(3).all(1)  # tiles of allowed pairs only
+    assert not (full & ~every).any()
+    if window is None:  # (a window of 8 leaves no tile whole)
+        assert full.sum() >= 0.6 * every.sum() > 0, (full.sum(), every.sum())
     # bounds are tight: few tiles kept beyond the exact ones (with a window too)
     assert kept.sum() < 0.5 * kept.numel() and kept.sum() <= 1.3 * exact.sum()
-    torch.testing.assert_close(plan("flex")(q, k, v, 0.3), plan("sdpa")(q, k, v, 0.3))
+    want = plan("sdpa")(q, k, v, 0.3)
+    torch.testing.assert_close(plan("flex")(q, k, v, 0.3), want)
+    heads_first = [t.transpose(0, 1)[None] for t in (q, k, v)]
+    compiled = torch.compile(flex_attention, dynamic=False)  # (dynamic: a CPU codegen error)
+    got = compiled(*heads_first, block_mask=mask, scale=0.3, enable_gqa=True)
+    torch.testing.assert_close(got[0].transpose(0, 1), want)
 
 
 def test_sliding_window_hides_context_beyond_the_window():
