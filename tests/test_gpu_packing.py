@@ -1,12 +1,15 @@
 """Packing onto a GPU (skipped without one; run on the device machine:
 `python -m pytest -q tests/test_gpu_packing.py`): the batch equals the one packed on the host,
-and packing samples received in pinned host memory never waits for the device."""
+packing samples received in pinned host memory never waits for the device, and compiled flex
+attention over a packed batch's BlockMask (partial and full tiles) equals SDPA, forward and
+backward."""
 
 from dataclasses import fields
 
 import pytest
 import torch
 from conftest import random_sample, replace_sample
+from test_packing import multi_tile_index
 
 from draft_models import pack_sequences
 from draft_models.packing import host_tokens
@@ -81,3 +84,34 @@ def test_packing_pinned_samples_never_waits_for_the_device():
     finally:
         torch.cuda.set_sync_debug_mode("default")
     assert batch.num_blocks > 0 and batch.label_rows.is_cuda
+
+
+def _on(device, index):
+    """A TokenIndex moved to `device`."""
+    return type(index)(*(f.to(device) for f in index.fields()))
+
+
+@pytest.mark.parametrize("window,block_causal", [(None, False), (8, False), (None, True)])
+def test_compiled_flex_over_partial_and_full_tiles_equals_sdpa_with_gradients(window, block_causal):
+    """The training path (AttentionPlan "flex": flex compiled on CUDA over the BlockMask built
+    from tile bounds, where full tiles skip the rule) against "sdpa" (the rule as a dense mask,
+    one sequence at a time), fp32: outputs and the gradients of q, k and v. Inductor's CPU
+    flex has no backward, so the backward's tile lists are checked here only."""
+    from draft_models.packed_attention import AttentionPlan
+
+    q_index, k_index = (_on(CUDA, i) for i in multi_tile_index())
+    g = torch.Generator(device=CUDA).manual_seed(0)
+    q = torch.randn(len(q_index), 4, 64, generator=g, device=CUDA)
+    k, v = torch.randn(2, len(k_index), 2, 64, generator=g, device=CUDA)
+    w = torch.randn(len(q_index), 4, 64, generator=g, device=CUDA)
+    outs = {}
+    for backend in ("flex", "sdpa"):
+        leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+        plan = AttentionPlan(
+            q_index, k_index, window=window, block_causal=block_causal, backend=backend
+        )
+        o = plan(*leaves, 0.125)
+        (o * w).sum().backward()
+        outs[backend] = [o.detach()] + [t.grad for t in leaves]
+    for got, want in zip(outs["flex"], outs["sdpa"], strict=True):
+        torch.testing.assert_close(got, want, rtol=2e-4, atol=2e-4)

@@ -183,25 +183,11 @@ def test_flex_attention_agrees_with_sdpa(variant):
     )
 
 
-@pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
-@pytest.mark.parametrize("window,block_causal", [(None, False), (8, False), (None, True)])
-def test_flex_block_mask_from_tile_bounds_skips_tiles_and_keeps_every_allowed_pair(
-    window, block_causal
-):
-    """A packed batch spanning many 128-token tiles (sequences crossing tile edges): the BlockMask
-    built from tile bounds skips tiles, yet flex over it equals SDPA with the dense rule. Tiles
-    it marks full (flex skips the rule inside them) hold allowed pairs only, and they are most
-    of the long sequence's context tiles. Eager flex applies the rule everywhere, so flex is
-    also compiled here (Inductor's CPU kernel skips tiles and the rule as the GPU's does; with
-    tiles wrongly marked full it was off by 2.0)."""
-    from torch.nn.attention.flex_attention import flex_attention
-
-    from draft_models.packed_attention import (
-        AttentionPlan,
-        TokenIndex,
-        _flex_block_mask,
-        allowed_pairs,
-    )
+def multi_tile_index():
+    """(query index, key index) of a packed batch over many 128-token tiles: six sequences of
+    90 to 1,500 tokens (crossing tile edges), 60 blocks of 4 each at random anchors; keys are
+    the context, then the blocks."""
+    from draft_models.packed_attention import TokenIndex
 
     g = torch.Generator().manual_seed(0)
     ctx, blocks, b = [], [], 0
@@ -218,7 +204,26 @@ def test_flex_block_mask_from_tile_bounds_skips_tiles_and_keeps_every_allowed_pa
         return TokenIndex(*(torch.cat(f) for f in zip(*parts, strict=True)))
 
     q_index = index(blocks)
-    k_index = index(ctx).cat(q_index)
+    return q_index, index(ctx).cat(q_index)
+
+
+@pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
+@pytest.mark.parametrize("window,block_causal", [(None, False), (8, False), (None, True)])
+def test_flex_block_mask_from_tile_bounds_skips_tiles_and_keeps_every_allowed_pair(
+    window, block_causal
+):
+    """A packed batch spanning many 128-token tiles (sequences crossing tile edges): the BlockMask
+    built from tile bounds skips tiles, yet flex over it equals SDPA with the dense rule. Tiles
+    it marks full (flex skips the rule inside them) hold allowed pairs only, and they are most
+    of the long sequence's context tiles. Eager flex applies the rule everywhere, so flex is
+    also compiled here (Inductor's CPU kernel skips tiles and the rule as the GPU's does; with
+    tiles wrongly marked full it was off by 2.0)."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    from draft_models.packed_attention import AttentionPlan, _flex_block_mask, allowed_pairs
+
+    q_index, k_index = multi_tile_index()
+    g = torch.Generator().manual_seed(0)
     q = torch.randn(len(q_index), 4, 8, generator=g)
     k, v = torch.randn(2, len(k_index), 2, 8, generator=g)
 
