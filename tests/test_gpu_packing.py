@@ -91,7 +91,9 @@ def _on(device, index):
     return type(index)(*(f.to(device) for f in index.fields()))
 
 
-@pytest.mark.parametrize("window,block_causal", [(None, False), (8, False), (None, True)])
+@pytest.mark.parametrize(
+    "window,block_causal", [(None, False), (8, False), (512, False), (None, True)]
+)
 def test_compiled_flex_over_partial_and_full_tiles_equals_sdpa_with_gradients(window, block_causal):
     """The training path (AttentionPlan "flex": flex compiled on CUDA over the BlockMask built
     from tile bounds, where full tiles skip the rule) against "sdpa" (the rule as a dense mask,

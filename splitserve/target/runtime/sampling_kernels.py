@@ -30,10 +30,10 @@ program reads its row's logits (98 KB in bf16) in few passes:
 
 Same law and the same rule as the PyTorch sampler, and the same scaled logits (a correctly
 rounded division by T); sums are fp32 rather than fp64, so a token whose mass sits within
-rounding of a boundary may be drawn differently. A token of probability 0 is never drawn. Rows
-need a finite logit: +inf and NaN logits are outside both samplers' contract. Each row's path
-(0 greedy, 1 no nucleus, 2 candidates above the bound, 3 candidates above the bracket, 4 the
-whole row) is returned beside its token for tests and benchmarks.
+rounding of a boundary may be drawn differently. A token whose exp(s - m) is 0 in fp32 is never
+drawn. Rows need a finite logit: +inf and NaN logits are outside both samplers' contract. Each
+row's path (0 greedy, 1 no nucleus, 2 candidates above the bound, 3 candidates above the
+bracket, 4 the whole row) is returned beside its token for tests and benchmarks.
 
 Needs Triton and a CUDA device (`available()`); CPU runs never import it (its tests also run
 under Triton's interpreter).
