@@ -30,8 +30,9 @@ from . import cli
 def build_command(
     target: str, draft: Path, tp_size: int = 1, port: int = 30000, extra: list[str] | None = None
 ) -> tuple[list[str], dict[str, str]]:
-    """(argv after `python -m sglang.launch_server`, extra environment)."""
-    draft = Path(draft)
+    """(argv after `python -m sglang.launch_server`, extra environment). The draft is named by
+    its absolute path: the command runs from SGLang's own environment, likely elsewhere."""
+    draft = Path(draft).resolve()
     for name in ("config.json", *checkpoint.weight_files(draft)):  # one file or index + shards
         if not (draft / name).is_file():
             raise FileNotFoundError(

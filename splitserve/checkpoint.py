@@ -83,6 +83,9 @@ def save_weights(weights: dict, directory: Path, max_shard_mb: float = DEFAULT_S
     )
     for name, keys in split.filename_to_tensors.items():
         save_file({k: weights[k] for k in keys}, str(directory / name), metadata={"format": "pt"})
+        # safetensors writes 0600; a draft is served by other users and containers: readable,
+        # as a file open() writes under the usual umask
+        os.chmod(directory / name, 0o644)
     if split.is_sharded:
         index = {"metadata": split.metadata, "weight_map": split.tensor_to_filename}
         (directory / Path(DRAFT_INDEX).name).write_text(json.dumps(index, indent=1))

@@ -176,7 +176,9 @@ def test_launch_command_for_an_exported_draft(checkpoint, tmp_path, capsys):
     assert "is missing" in capsys.readouterr().err
 
 
-def test_export_cli_lists_its_files_and_the_command_that_serves_them(checkpoint, tmp_path, capsys):
+def test_export_cli_lists_its_files_and_the_command_that_serves_them(
+    checkpoint, tmp_path, capsys, monkeypatch
+):
     from serving.launch import build_command, shell_line
 
     out = tmp_path / "d"
@@ -189,10 +191,16 @@ def test_export_cli_lists_its_files_and_the_command_that_serves_them(checkpoint,
     assert listed["config.json"] == [f"{kib:.1f}", "KiB"]
     mib = (out / "model.safetensors").stat().st_size / 2**20
     assert listed["model.safetensors"] == [f"{mib:.1f}", "MiB"]
+    # readable by whoever serves it (safetensors alone writes 0600)
+    assert (out / "model.safetensors").stat().st_mode & 0o777 == 0o644
     # launch's own command, for the target the draft was trained against, run by SGLang's python
     model_dir = read_draft(checkpoint).model_dir
     assert lines[-2].strip() == shell_line(*build_command(str(model_dir), out))
     assert lines[-2].strip().startswith("python -m sglang.launch_server --model-path ")
+    # a relative --out: the command names the draft by its absolute path (it runs elsewhere)
+    monkeypatch.chdir(tmp_path)
+    assert main(["--checkpoint", str(checkpoint), "--out", "rel"]) == 0
+    assert f"--speculative-draft-model-path {tmp_path / 'rel'} " in capsys.readouterr().out
 
 
 def corrupted(src, dst, name: str, text: str):
