@@ -138,8 +138,8 @@ def kernel_table(replay, device, replays: int = 20) -> dict:
 
 def add_runtime_switches(parser, before_help: str | None = None) -> None:
     """--sdpa (SDPA over the masked cache instead of the Triton decode attention),
-    --sdpa-in-compile, --grouped-in-compile, --compile-regen, --sync-regen, --torch-sampler and,
-    with a help text, --before (the static runtime as before 2026-12-05)."""
+    --sdpa-in-compile, --grouped-in-compile, --compile-regen, --sync-regen, --torch-sampler,
+    --unfused-moe and, with a help text, --before (the static runtime as before 2026-12-05)."""
     sdpa = "SDPA over the masked cache, not the Triton decode attention"
     parser.add_argument("--sdpa", action="store_true", help=sdpa)
     inside = "SDPA inside torch.compile'd steps, not the decode attention (before 2026-12-06)"
@@ -152,6 +152,8 @@ def add_runtime_switches(parser, before_help: str | None = None) -> None:
     parser.add_argument("--sync-regen", action="store_true", help=sync)
     sampler = "the PyTorch sampler (a sort for the nucleus), not the Triton one (before 2026-12-06)"
     parser.add_argument("--torch-sampler", action="store_true", help=sampler)
+    unfused = "MoE routing and SiLU as separate kernels beside the pair GEMV (before 2026-12-06)"
+    parser.add_argument("--unfused-moe", action="store_true", help=unfused)
     if before_help:
         parser.add_argument("--before", action="store_true", help=before_help)
 
@@ -170,6 +172,7 @@ def apply_runtime_switches(args, before: bool = False) -> None:
     StaticDecoder.use_decode_kernel = not (args.sdpa or before)
     StaticDecoder.kernels_in_compile = not (args.sdpa_in_compile or before)
     StaticDecoder.gemv_in_compile = not (args.grouped_in_compile or before)
+    StaticDecoder.fused_moe = not (args.unfused_moe or before)
     Regenerator.compile_step = args.compile_regen and not before
     Regenerator.one_ahead = not (args.sync_regen or before)
     sampling.use_kernel = not (args.torch_sampler or before)

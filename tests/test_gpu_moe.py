@@ -1,8 +1,8 @@
-"""The Triton pair GEMV of a mixture of experts (splitserve/target/runtime/moe_kernels.py) against
-fp32 arithmetic and the grouped-GEMM path, eagerly, in a CUDA graph and compiled (skipped without
-a GPU and Triton; run on the device machine: `python -m pytest -q tests/test_gpu_moe.py`). The
-arithmetic test also runs on CPU tensors in fp32 under Triton's interpreter
-(tests/test_kernels_interpreted.py)."""
+"""The Triton pair GEMV and router of a mixture of experts
+(splitserve/target/runtime/moe_kernels.py) against fp32 arithmetic, PyTorch's routing and the
+grouped-GEMM path, eagerly, in a CUDA graph and compiled (skipped without a GPU and Triton; run on
+the device machine: `python -m pytest -q tests/test_gpu_moe.py`). The arithmetic tests also run
+on CPU tensors in fp32 under Triton's interpreter (tests/test_kernels_interpreted.py)."""
 
 import pytest
 import torch
@@ -41,10 +41,34 @@ def reference(t, gate_up, down, expert, weight):
 
 @pytest.mark.parametrize("tokens", [1, 8, 16])
 def test_pair_gemv_equals_fp32_arithmetic(tokens):
+    """With SiLU applied by the second GEMV (the default) and as its own op."""
     args = problem(tokens)
-    got = moe_kernels.routed_mlp(*args, act=F.silu)
-    assert got.dtype == DTYPE and got.shape == args[0].shape
-    torch.testing.assert_close(got.float(), reference(*args), **TOL)
+    for fuse_act in (True, False):
+        got = moe_kernels.routed_mlp(*args, act=F.silu, fuse_act=fuse_act)
+        assert got.dtype == DTYPE and got.shape == args[0].shape
+        torch.testing.assert_close(got.float(), reference(*args), **TOL)
+
+
+@pytest.mark.parametrize("renorm", [True, False])
+def test_route_equals_softmax_top_k(renorm):
+    """The router kernel against PyTorch's softmax, top-k and renormalisation (Qwen3-MoE's),
+    over 20 experts (not a power of 2), 1 to 9 tokens; equal logits give the lowest ids
+    first."""
+    g = torch.Generator(device=DEVICE).manual_seed(1)
+    for tokens in (1, 9):
+        logits = (torch.randn(tokens, 20, generator=g, device=DEVICE) * 2).to(DTYPE)
+        weight, expert = moe_kernels.route(logits, 8, renorm, DTYPE)
+        probs = F.softmax(logits, dim=-1, dtype=torch.float32)
+        want_w, want_e = probs.topk(8, dim=-1)
+        if renorm:
+            want_w = want_w / want_w.sum(-1, keepdim=True)
+        assert expert.dtype == torch.long and weight.dtype == DTYPE
+        assert torch.equal(expert, want_e)
+        torch.testing.assert_close(weight, want_w.to(DTYPE), **TOL)
+    tied = torch.zeros(1, 20, device=DEVICE, dtype=DTYPE)
+    tied[0, [3, 11]] = 1.0
+    weight, expert = moe_kernels.route(tied, 4, False, DTYPE)
+    assert expert[0].tolist() == [3, 11, 0, 1]
 
 
 @on_gpu_only
@@ -85,7 +109,8 @@ def test_static_decoder_steps_with_the_pair_gemv_as_with_grouped_gemms():
     pair.pair_gemv, grouped.pair_gemv = True, False
     for net in (pair, grouped):
         net(seq, torch.arange(12, device=DEVICE)[None], fresh=True)  # the same prompt in both
-    for width in (1, 8):
+    for width, fused in ((1, True), (8, True), (1, False)):  # routing and SiLU fused, or not
+        pair.fused_moe = fused
         ids, pos = seq[:, :width], torch.arange(12, 12 + width, device=DEVICE)[None]
         for a, b in zip(pair(ids, pos), grouped(ids, pos), strict=True):
             torch.testing.assert_close(a.float(), b.float(), **STEP_TOL)

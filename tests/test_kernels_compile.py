@@ -50,11 +50,15 @@ build("merge_kernel", merge_kernel, {
     **P("m_in l_in acc_in", "*fp32"), "o": "*bf16", **P("so_b so_w so_h Hk W splits", "i32"),
 }, {"G": 4, "D": 128, "BLOCK_R": 16}, 4)
 
-for has_scale in (False, True):
-    build(f"pair_gemv/{has_scale}", moe_kernels.kernels(), {
+pair_gemv, route_kernel = moe_kernels.kernels()
+for has_scale, gated in ((False, False), (True, False), (True, True)):  # gate_up; down; + SiLU
+    build(f"pair_gemv/{has_scale}/{gated}", pair_gemv, {
         **P("x w", "*bf16"), "expert": "*i64", "scale": "*bf16", "out": "*bf16",
         **P("K N row_div", "i32"),
-    }, {"HAS_SCALE": has_scale, "BLOCK_N": 32, "BLOCK_K": 128}, 4)
+    }, {"HAS_SCALE": has_scale, "GATED": gated, "BLOCK_N": 32, "BLOCK_K": 128}, 4)
+build("route_kernel", route_kernel, {
+    "logits": "*bf16", "weight": "*bf16", "expert": "*i64", "E": "i32",
+}, {"TOP": 8, "RENORM": True, "BLOCK_E": 128, "BLOCK_TOP": 8}, 4)
 
 for fkl, grad in ((False, True), (True, True), (False, False)):  # no gradient: G is OUT
     build(f"loss_rows/{fkl}/{grad}", loss_kernels._rows_kernel, {
@@ -65,8 +69,8 @@ for fkl, grad in ((False, True), (True, True), (False, False)):  # no gradient: 
 
 KERNELS = [
     "sample_kernel/False", "sample_kernel/True", "partial_kernel/False", "partial_kernel/True",
-    "merge_kernel", "pair_gemv/False", "pair_gemv/True", "loss_rows/False/True",
-    "loss_rows/True/True", "loss_rows/False/False",
+    "merge_kernel", "pair_gemv/False/False", "pair_gemv/True/False", "pair_gemv/True/True",
+    "route_kernel", "loss_rows/False/True", "loss_rows/True/True", "loss_rows/False/False",
 ]  # fmt: skip
 
 

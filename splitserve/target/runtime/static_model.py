@@ -95,6 +95,10 @@ class StaticDecoder(nn.Module):
     # On one H100 (2026-12-06) the Qwen3-30B-A3B-shape width-1 step compiled in 5.61 ms with it
     # against 6.54 with the grouped GEMMs inside; benchmarks' --grouped-in-compile turns it off
     gemv_in_compile = True
+    # with the pair GEMV: the router's softmax, top-k and renormalisation in one Triton program a
+    # token, and SiLU applied inside the second GEMV (moe_kernels; 3 kernels fewer a layer, not
+    # yet timed on a GPU); benchmarks' --unfused-moe or --before turn it off
+    fused_moe = True
 
     def __init__(
         self,
@@ -353,17 +357,24 @@ class StaticDecoder(nn.Module):
         softmax in fp32, top-k, optionally renormalised, weights cast back to h's dtype."""
         moe, shape = p["moe"], h.shape
         t = h.reshape(-1, shape[-1])
-        probs = F.softmax(F.linear(t, moe["router"]), dim=-1, dtype=torch.float32)
-        weight, expert = probs.topk(moe["top_k"], dim=-1)  # [T, k]
-        if moe["renorm"]:
-            weight = weight / weight.sum(dim=-1, keepdim=True)
-        weight = weight.to(h.dtype)
-        if (
+        logits = F.linear(t, moe["router"])
+        gemv = (
             self.pair_gemv
-            and expert.numel() <= moe_kernels.MAX_PAIRS
+            and t.shape[0] * moe["top_k"] <= moe_kernels.MAX_PAIRS
             and self._triton_here(self.gemv_in_compile)
-        ):
-            out = moe_kernels.routed_mlp(t, moe["gate_up"], moe["down"], expert, weight, p["act"])
+        )
+        if gemv and self.fused_moe:
+            weight, expert = moe_kernels.route(logits, moe["top_k"], moe["renorm"], h.dtype)
+        else:
+            probs = F.softmax(logits, dim=-1, dtype=torch.float32)
+            weight, expert = probs.topk(moe["top_k"], dim=-1)  # [T, k]
+            if moe["renorm"]:
+                weight = weight / weight.sum(dim=-1, keepdim=True)
+            weight = weight.to(h.dtype)
+        if gemv:
+            out = moe_kernels.routed_mlp(
+                t, moe["gate_up"], moe["down"], expert, weight, p["act"], self.fused_moe
+            )
             return out.reshape(shape)
         if self.grouped:
             flat = expert.reshape(-1)
