@@ -48,7 +48,8 @@ def kernels():
         BLOCK_K: tl.constexpr,
     ):  # fmt: skip
         """out[p] = w[expert[p]] @ x[p // row_div]; GATED: x's rows are [gate | up] (2K wide)
-        and the product is with silu(gate) * up, rounded as the eager ops round it."""
+        and the product is with silu(gate) * up, rounded to x's dtype where the eager ops round
+        (the GPU's sigmoid is approximate: equal to rounding)."""
         pair = tl.program_id(0)
         cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
         e = tl.load(expert + pair).to(tl.int64)
@@ -84,13 +85,15 @@ def kernels():
         x = tl.load(logits + t * E + ids, mask=ids < E, other=float("-inf")).to(tl.float32)
         p = tl.exp(x - tl.max(x, 0))
         p = p / tl.sum(p, 0)  # padded ids: exp(-inf) = 0
-        left = tl.where(ids < E, p, -1.0)  # taken and padded ids fall below every probability
+        # taken and padded ids fall below every probability; so does NaN (a NaN or inf logit:
+        # a GPU's max skips NaN, and no id may then be picked out of range)
+        left = tl.where((ids < E) & (p == p), p, -1.0)
         slot = tl.arange(0, BLOCK_TOP)
         top = tl.zeros((BLOCK_TOP,), tl.float32)
         which = tl.zeros((BLOCK_TOP,), tl.int64)
         for j in tl.static_range(TOP):
             best = tl.max(left, 0)
-            pick = tl.min(tl.where(left == best, ids, BLOCK_E), 0)
+            pick = tl.minimum(tl.min(tl.where(left == best, ids, BLOCK_E), 0), E - 1)
             top = tl.where(slot == j, best, top)
             which = tl.where(slot == j, pick.to(tl.int64), which)
             left = tl.where(ids == pick, -1.0, left)
@@ -135,7 +138,7 @@ def _op():
         wrap_triton(route_kernel)[(tokens,)](
             logits, weight, expert, e, TOP=top, RENORM=renorm,
             BLOCK_E=triton.next_power_of_2(e), BLOCK_TOP=triton.next_power_of_2(top),
-            num_warps=4,
+            num_warps=1,  # E values a token: its reductions stay within one warp
         )  # fmt: skip
         return weight, expert
 
