@@ -237,6 +237,9 @@ _compiled_flex = None
 
 
 TILE = 128  # flex_attention's default block size, both ways
+# whole tiles skip the rule (see _flex_block_mask); False marks every kept tile partial, as
+# before 2026-12-06 (scripts/bench_trainer.py --whole-tiles off: a same-run A/B)
+WHOLE_TILES = True
 
 
 def _flex_block_mask(plan: AttentionPlan, q_len: int, k_len: int, device):
@@ -289,6 +292,7 @@ def _flex_block_mask(plan: AttentionPlan, q_len: int, k_len: int, device):
         full &= qp_hi[:, None] - kp_lo[None] < plan.window
     sees_block = (kb_lo[None] <= qb_hi[:, None]) & (qb_lo[:, None] <= kb_hi[None])
     keep = sees_context | sees_block  # [query tiles, key tiles]; empty bounds never overlap
+    full &= WHOLE_TILES
     partial = keep & ~full
     return BlockMask.from_kv_blocks(
         *_kept_first(partial), *_kept_first(full), BLOCK_SIZE=TILE, mask_mod=mask_mod,

@@ -40,7 +40,13 @@ sys.path.insert(0, str(ROOT))
 
 from benchlib import sync, timed, write_report  # noqa: E402
 
-from draft_models import DraftConfig, FrozenTargetHead, SequenceSample, TargetSpec  # noqa: E402
+from draft_models import (  # noqa: E402
+    DraftConfig,
+    FrozenTargetHead,
+    SequenceSample,
+    TargetSpec,
+    packed_attention,
+)
 from serving import cli  # noqa: E402
 from splitserve.config import TrainConfig  # noqa: E402
 
@@ -234,6 +240,7 @@ def measure(name, seq, block, precision, zero, accum, compiled, args, device, dt
         "micro_batch": args.micro_batch,
         "grad_accum": accum,
         "compile_layers": compiled,
+        "whole_tiles": packed_attention.WHOLE_TILES,
         "anchors": args.anchors,
         "draft_params_m": round(sum(p.numel() for p in trainer.draft.parameters()) / 1e6, 1),
         "tflop_per_sample": round(flops / 1e12, 4),
@@ -279,6 +286,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--precisions", default="bf16", help="train.precision: bf16, amp")
     ap.add_argument("--compile-layers", default="off",
                     help="train.compile_layers: off, on or off,on (keys end _c)")  # fmt: skip
+    ap.add_argument("--whole-tiles", default="on",
+                    help="flex attention skips the mask rule in whole tiles (packed_attention."
+                         "WHOLE_TILES): on, off or on,off (keys end _p where off)")  # fmt: skip
     ap.add_argument("--steps", type=int, default=6, help="timed steps (after two warm-up)")
     ap.add_argument("--profile-optimizer", action="store_true",
                     help="list the optimizer step's heaviest device operators")  # fmt: skip
@@ -298,8 +308,12 @@ def main(argv: list[str] | None = None) -> int:
     if not all(a.isdigit() and int(a) >= 1 for a in accums):
         ap.error(f"--grad-accums: whole numbers >= 1, comma-separated; got {args.grad_accums!r}")
     switches = {"off": False, "on": True}
-    if not set(args.compile_layers.split(",")) <= switches.keys():
-        ap.error(f"--compile-layers: off, on or off,on; got {args.compile_layers!r}")
+    for flag, value in (
+        ("--compile-layers", args.compile_layers),
+        ("--whole-tiles", args.whole_tiles),
+    ):
+        if not set(value.split(",")) <= switches.keys():
+            ap.error(f"{flag}: off, on or off,on; got {value!r}")
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
@@ -317,16 +331,19 @@ def main(argv: list[str] | None = None) -> int:
     }
     for name in args.shapes.split(","):
         for seq in (int(x) for x in args.seq.split(",")):
-            for block, precision, zero, accum, compiled in itertools.product(
+            for block, precision, zero, accum, compiled, whole in itertools.product(
                 (int(x) for x in args.blocks.split(",")),
                 args.precisions.split(","),
                 (int(x) for x in args.zero_stages.split(",")),
                 (int(x) for x in args.grad_accums.split(",")),
                 (switches[x] for x in args.compile_layers.split(",")),
+                (switches[x] for x in args.whole_tiles.split(",")),
             ):
                 key = f"{name}_s{seq}_b{block}_{precision}_z{zero}"
                 key += f"_a{accum}" if accum != 1 else ""  # one micro-batch a step: keys as before
                 key += "_c" if compiled else ""
+                key += "" if whole else "_p"
+                packed_attention.WHOLE_TILES = whole
                 try:
                     report["trainer"][key] = measure(
                         name,

@@ -15,13 +15,16 @@ def test_the_trainer_benchmark_reports_each_accumulation_beside_the_other(tmp_pa
     out = tmp_path / "trainer.json"
     run_script("bench_trainer.py", "--out", str(out), "--tiny", "--shapes", "smollm2",
                "--seq", "128", "--blocks", "4", "--anchors", "8", "--steps", "1",
-               "--grad-accums", "1,2", "--profile-optimizer", "--profile-step")  # fmt: skip
+               "--grad-accums", "1,2", "--profile-optimizer", "--profile-step",
+               "--whole-tiles", "on,off")  # fmt: skip
     report = json.loads(out.read_text())
+    partial = report["trainer"]["smollm2_s128_b4_bf16_z1_a2_p"]  # the flex A/B's other row
+    assert partial["whole_tiles"] is False and partial["samples_per_s"] > 0
     one, two = (
         report["trainer"]["smollm2_s128_b4_bf16_z1"],
         report["trainer"]["smollm2_s128_b4_bf16_z1_a2"],
     )
-    assert (one["grad_accum"], two["grad_accum"]) == (1, 2)
+    assert (one["grad_accum"], two["grad_accum"]) == (1, 2) and one["whole_tiles"] is True
     assert one["flop_per_sample"] == two["flop_per_sample"] > 0  # per sample, either way
     for row in (one, two):
         assert row["samples_per_s"] > 0 and 0 < row["mfu"] < 1 and row["optimizer_kernels"]
@@ -35,11 +38,14 @@ def test_the_trainer_benchmark_reports_each_accumulation_beside_the_other(tmp_pa
     assert "--grad-accums 1,2" in report["command"]
 
 
-def test_a_bad_accumulation_is_named(tmp_path):
+def test_a_bad_accumulation_or_switch_is_named(tmp_path):
     script = str(ROOT / "scripts" / "bench_trainer.py")
     argv = [sys.executable, script, "--out", str(tmp_path / "x"), "--grad-accums", "1,0"]
     proc = subprocess.run(argv, capture_output=True, text=True)
     assert proc.returncode == 2 and "--grad-accums: whole numbers >= 1" in proc.stderr
+    argv[-2:] = ["--whole-tiles", "maybe"]
+    proc = subprocess.run(argv, capture_output=True, text=True)
+    assert proc.returncode == 2 and "--whole-tiles: off, on or off,on; got 'maybe'" in proc.stderr
 
 
 @pytest.mark.slow
