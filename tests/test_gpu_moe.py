@@ -77,6 +77,8 @@ def test_route_equals_softmax_top_k(renorm):
         bad[1, 7] = float("inf")
         weight, expert = moe_kernels.route(bad, 4, True, DTYPE)
         assert expert.min() >= 0 and expert.max() < experts, expert
+    with pytest.raises(ValueError, match="1 <= k <= 20 experts; got k=21"):
+        moe_kernels.route(tied, 21, False, DTYPE)
 
 
 @on_gpu_only

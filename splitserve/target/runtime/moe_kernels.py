@@ -160,6 +160,8 @@ def route(logits, top: int, renorm: bool, dtype) -> tuple[torch.Tensor, torch.Te
     """(weight [T, top] in `dtype`, expert [T, top] int64) from router logits [T, E]: softmax in
     fp32, the `top` largest in descending order, renormalised to sum 1 when `renorm` (as
     Qwen3-MoE routes; the lowest id first among equal probabilities)."""
+    if not 1 <= top <= logits.shape[-1]:
+        raise ValueError(f"top-k routing needs 1 <= k <= {logits.shape[-1]} experts; got k={top}")
     if not torch.compiler.is_compiling():
         _op()
     return torch.ops.splitserve.route(logits.contiguous(), top, renorm, dtype)
