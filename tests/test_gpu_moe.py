@@ -75,8 +75,10 @@ def test_route_equals_softmax_top_k(renorm):
         bad = torch.zeros(2, experts, device=DEVICE, dtype=DTYPE)
         bad[0, 5] = float("nan")
         bad[1, 7] = float("inf")
-        weight, expert = moe_kernels.route(bad, 4, True, DTYPE)
-        assert expert.min() >= 0 and expert.max() < experts, expert
+        for renorm in (True, False):
+            weight, expert = moe_kernels.route(bad, 4, renorm, DTYPE)
+            assert expert.min() >= 0 and expert.max() < experts, expert
+            assert weight.isnan().all(), weight
     with pytest.raises(ValueError, match="1 <= k <= 20 experts; got k=21"):
         moe_kernels.route(tied, 21, False, DTYPE)
 

@@ -84,7 +84,8 @@ def kernels():
         ids = tl.arange(0, BLOCK_E)
         x = tl.load(logits + t * E + ids, mask=ids < E, other=float("-inf")).to(tl.float32)
         p = tl.exp(x - tl.max(x, 0))
-        p = p / tl.sum(p, 0)  # padded ids: exp(-inf) = 0
+        z = tl.sum(p, 0)  # padded ids: exp(-inf) = 0; NaN after a NaN or inf logit
+        p = p / z
         # taken and padded ids fall below every probability; so does NaN (a NaN or inf logit:
         # a GPU's max skips NaN, and no id may then be picked out of range)
         left = tl.where((ids < E) & (p == p), p, -1.0)
@@ -99,6 +100,7 @@ def kernels():
             left = tl.where(ids == pick, -1.0, left)
         if RENORM:
             top = top / tl.sum(tl.where(slot < TOP, top, 0.0), 0)
+        top = tl.where(z == z, top, float("nan"))  # a broken row's weights stay NaN, as PyTorch's
         tl.store(weight + t * TOP + slot, top.to(weight.dtype.element_ty), mask=slot < TOP)
         tl.store(expert + t * TOP + slot, which, mask=slot < TOP)
 
