@@ -1,7 +1,7 @@
 """The split of an 8-GPU node from measured per-GPU rates, and the node's projected rate.
 
     python scripts/node_projection.py --results docs/results/throughput_h200/results.json \
-        [--gpus 8] [--shapes qwen3_8b]
+        [--gpus 8] [--shapes qwen3_8b] [--trainer-from PATH --supply-from PATH --key NAME]
 
 Reads, per shape, the trainer's samples/s on one GPU (`trainer.<shape>.samples_per_s`, from
 scripts/bench_trainer.py) and the target's samples/s on one GPU (`regeneration.<shape>`, from
@@ -10,7 +10,9 @@ scripts/bench_regen_shapes.py: `samples_per_s` when the target regenerates answe
 mode picks the number of target GPUs k that maximises min(k x target rate, (gpus - k) x trainer
 rate): the node rate when targets and trainers run independently (each GPU one role, as the
 split trainer runs them), with no loss to transport or stalls. Writes `node_projection` into the
-same file (other keys kept) and prints it.
+same file (other keys kept) and prints it. `--trainer-from` / `--supply-from` read one shape's
+rates from other records of the file instead (dotted paths such as
+`run7.configs.qwen3_8b_s2048_b7_amp_z0_a2_c`, `regeneration_qwen3_8b_h100`), written under `--key`.
 """
 
 from __future__ import annotations
@@ -42,23 +44,50 @@ def best_split(gpus: int, target: float, trainer: float) -> dict:
     }
 
 
-def project(results: dict, gpus: int, shapes: list[str]) -> dict:
+def record(results: dict, path: str) -> dict:
+    """The record at a dotted path of the results, named in the error when absent."""
+    node = results
+    for part in path.split("."):
+        if not isinstance(node, dict) or part not in node:
+            raise SystemExit(f"no record {path!r} in the results (missing {part!r})")
+        node = node[part]
+    return node
+
+
+def project(
+    results: dict,
+    gpus: int,
+    shapes: list[str],
+    trainer_from: str | None = None,
+    supply_from: str | None = None,
+) -> dict:
     out = {}
     for shape in shapes:
-        trainer = (  # a results file's headline, or bench_trainer's own report's best config
-            results.get("trainer", {}).get(shape, {}).get("samples_per_s")
-            or results.get("best", {}).get(shape, {}).get("samples_per_s")
+        if trainer_from:
+            trainer = record(results, trainer_from).get("samples_per_s")
+        else:  # a results file's headline, or bench_trainer's own report's best config
+            headline = results.get("trainer", {}).get(shape, {})
+            trainer = headline.get("samples_per_s") or results.get("best", {}).get(shape, {}).get(
+                "samples_per_s"
+            )
+        supply = (
+            record(results, supply_from)
+            if supply_from
+            else results.get("regeneration", {}).get(shape, {})
         )
-        supply = results.get("regeneration", {}).get(shape, {})
         if trainer is None:
-            raise SystemExit(f"no trainer.{shape}.samples_per_s in the results")
+            where = trainer_from or f"trainer.{shape}"
+            raise SystemExit(f"no {where}.samples_per_s in the results")
         row = {"trainer_samples_per_s_per_gpu": trainer, "gpus": gpus, "assumes": ASSUMES}
+        if trainer_from or supply_from:
+            row["rates_from"] = {"trainer": trainer_from or "trainer", "supply": supply_from}
         for mode, key in MODES.items():
             if supply.get(key):
                 row[mode] = {"target_samples_per_s_per_gpu": supply[key]}
                 row[mode].update(best_split(gpus, supply[key], trainer))
         if not any(mode in row for mode in MODES):
-            raise SystemExit(f"no regeneration.{shape} rates ({', '.join(MODES.values())})")
+            where = supply_from or f"regeneration.{shape}"
+            raise SystemExit(f"no {where} rates ({', '.join(MODES.values())})")
         out[shape] = row
     return out
 
@@ -68,14 +97,23 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--results", required=True, type=Path)
     ap.add_argument("--gpus", type=int, default=8)
     ap.add_argument("--shapes", default="qwen3_8b")
+    ap.add_argument(
+        "--trainer-from", help="dotted path of a record with the trainer's samples_per_s"
+    )
+    ap.add_argument("--supply-from", help="dotted path of a record with the target's rates")
+    ap.add_argument("--key", default="node_projection", help="where the projection is written")
     args = ap.parse_args(argv)
     if args.gpus < 2:
         ap.error("--gpus must be >= 2 (one target and one trainer at least)")
+    shapes = args.shapes.split(",")
+    if (args.trainer_from or args.supply_from) and len(shapes) != 1:
+        ap.error("--trainer-from / --supply-from name one shape's records: pass one --shapes")
     results = json.loads(args.results.read_text())
-    results["node_projection"] = project(results, args.gpus, args.shapes.split(","))
-    results["node_projection_command"] = cli.command_line(ap, argv)
+    projection = project(results, args.gpus, shapes, args.trainer_from, args.supply_from)
+    results[args.key] = projection
+    results[f"{args.key}_command"] = cli.command_line(ap, argv)
     args.results.write_text(json.dumps(results, indent=1) + "\n")
-    print(json.dumps(results["node_projection"], indent=1))
+    print(json.dumps(projection, indent=1))
     return 0
 
 

@@ -29,6 +29,7 @@ def test_the_trainer_benchmark_reports_each_accumulation_beside_the_other(tmp_pa
     for row in (one, two):
         assert row["samples_per_s"] > 0 and 0 < row["mfu"] < 1 and row["optimizer_kernels"]
         assert all(v > 0 for v in row["phases_ms"].values())
+        assert row["phases_ms"]["pack_host"] <= row["phases_ms"]["pack"]  # its host part
     assert report["best"]["smollm2"]["config"] in report["trainer"]
     ops = [op["op"] for op in two["step_ops"]]  # the whole step: its matmuls, no range names
     assert len(ops) == 20 and "aten::mm" in ops

@@ -49,3 +49,25 @@ def test_a_bench_trainer_report_is_read_through_its_best_config(tmp_path):
     out = json.loads(results.read_text())["node_projection"]["qwen3_8b"]
     assert out["trainer_samples_per_s_per_gpu"] == 8.0 and "teacher_forcing" not in out
     assert out["regenerate"]["samples_per_s"] == 12.0
+
+
+def test_rates_from_other_records_are_written_under_their_own_key(tmp_path):
+    results = tmp_path / "results.json"
+    results.write_text(json.dumps({
+        "trainer": {"qwen3_8b": {"samples_per_s": 1.0}},
+        "run7": {"configs": {"q": {"samples_per_s": 9.0}}},
+        "regen_h100": {"samples_per_s": 14.0},
+    }))  # fmt: skip
+    script = str(ROOT / "scripts/node_projection.py")
+    rates = ["--trainer-from", "run7.configs.q", "--supply-from", "regen_h100"]
+    cmd = [sys.executable, script, "--results", str(results), *rates, "--key", "np_h100"]
+    subprocess.run(cmd, check=True, capture_output=True)
+    out = json.loads(results.read_text())
+    assert "node_projection" not in out and "--key np_h100" in out["np_h100_command"]
+    p = out["np_h100"]["qwen3_8b"]
+    # min(14k, 9(8-k)): k=3 gives min(42, 45) = 42, k=4 min(56, 36) = 36
+    assert p["trainer_samples_per_s_per_gpu"] == 9.0
+    assert p["regenerate"]["split"] == {"target_gpus": 3, "trainer_gpus": 5}
+    assert p["regenerate"]["samples_per_s"] == 42.0 and p["regenerate"]["bound_by"] == "target"
+    bad = subprocess.run(cmd[:-4] + ["--supply-from", "nowhere.x"], capture_output=True, text=True)
+    assert bad.returncode != 0 and "'nowhere.x'" in bad.stderr
