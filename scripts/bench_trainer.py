@@ -17,7 +17,8 @@ configured ZeRO stage) takes --steps optimizer steps of --grad-accums micro-batc
   gradient and the target's own logits from its final states (x3) and the Markov head (x3) over
   the supervised label rows;
 - samples/s, tokens/s (context tokens), MFU against this device's bf16 matmul rate measured in
-  the same run (an 8192^3 matmul), peak memory;
+  the same run (an 8192^3 matmul), peak memory; each step timed alone (its metrics read before
+  the next is queued), and `pipelined_*`: steps queued one ahead, as the training loop runs them;
 - one instrumented step's time per phase (pack, forward + loss, backward, optimizer), each
   between device synchronisations, and their sum against the plain step.
 """
@@ -155,6 +156,23 @@ def phases(trainer, samples, ids, device) -> dict:
     return {k: round(1000 * v, 2) for k, v in out.items()}
 
 
+def pipelined_step_s(trainer, samples, ids, steps: int, device) -> float:
+    """Seconds a step over `steps` steps queued one ahead, as the training loop runs them: step
+    N+1 is queued before step N's metrics are read (DraftTrainer.queue_step), so the host's
+    packing and reads overlap the device's work. After the warm-up of `timed`."""
+    sync(device)
+    t0 = time.perf_counter()
+    pending = None
+    for _ in range(steps):
+        queued = trainer.queue_step(samples, ids)
+        if pending is not None:
+            pending.metrics()
+        pending = queued
+    pending.metrics()
+    sync(device)
+    return (time.perf_counter() - t0) / steps
+
+
 def heaviest_ops(run, device, top: int = 8) -> list[dict]:
     """The heaviest operators of one call of `run` (self time on the device; on CPU, the
     host's), from torch.profiler: where a step's time goes, by kernel and op."""
@@ -232,6 +250,7 @@ def measure(name, seq, block, precision, zero, accum, compiled, args, device, dt
     b = args.micro_batch  # every micro-batch has the same shapes: count the first
     flops = model_flops(trainer.draft, trainer._pack(samples[:b], ids[:b])) / b
     step_s = timed(lambda: trainer.train_step(samples, ids), args.steps, device)
+    ahead_s = pipelined_step_s(trainer, samples, ids, args.steps, device)
     split = phases(trainer, samples, ids, device)
     out = {
         "shape": name,
@@ -252,6 +271,10 @@ def measure(name, seq, block, precision, zero, accum, compiled, args, device, dt
         "samples_per_s": round(per_step / step_s, 3),
         "tokens_per_s": round(per_step * seq / step_s, 1),
         "mfu": round(flops * per_step / step_s / peak, 4),
+        # steps queued one ahead, as the training loop runs them (the rows above: one at a time)
+        "pipelined_step_ms": round(1000 * ahead_s, 2),
+        "pipelined_samples_per_s": round(per_step / ahead_s, 3),
+        "pipelined_mfu": round(flops * per_step / ahead_s / peak, 4),
         "phases_ms": split,
         "phases_sum_over_step": round(
             sum(v for k, v in split.items() if k != "pack_host") / (1000 * step_s), 3

@@ -197,22 +197,29 @@ class DraftTrainer:
             return get_arch(self.draft_cfg.arch).loss(self.draft, out, batch, **norm)
 
     def train_step(self, samples: Sequence[SequenceSample], sample_ids: Sequence[int]) -> dict:
-        """One optimizer step over B samples; returns this rank's metrics. Each micro-batch's
+        """One optimizer step over B samples; returns this rank's metrics (`queue_step`, then
+        its metrics: the host waits for the step to finish)."""
+        return self.queue_step(samples, sample_ids).metrics()
+
+    def queue_step(
+        self, samples: Sequence[SequenceSample], sample_ids: Sequence[int]
+    ) -> QueuedStep:
+        """Queue one optimizer step over B samples on the device without waiting for it; its
+        metrics are read by `QueuedStep.metrics()`. A caller that queues the next step before
+        reading this one's keeps the device busy while the host reads, logs, receives and packs
+        (the training loop does; a read waits for all work queued before it). Each micro-batch's
         loss is its weighted sum over the weight total of that micro-step on all ranks, times
         the number of ranks (DeepSpeed then averages the ranks' gradients and divides by the
         accumulation steps): the loss and gradients of R ranks with micro-batch B equal those of
         one rank with micro-batch R x B. Across accumulation steps each micro-step is normalised
-        by its own total, as in DeepSpec's reference. The returned loss parts are this rank's
-        share times R: their mean over ranks (what the workers log) is the global value."""
+        by its own total, as in DeepSpec's reference. The loss parts are this rank's share
+        times R: their mean over ranks (what the workers log) is the global value."""
         b = self.cfg.micro_batch
         if len(samples) != b * self.cfg.grad_accum:
             raise ValueError(f"a step takes {b * self.cfg.grad_accum} samples, got {len(samples)}")
         lr = self.scheduler.get_last_lr()[0]
-        totals = {"loss": 0.0, "ce": 0.0, "distill": 0.0, "conf": 0.0}
         tokens = blocks = empty = 0
-        gamma = self.draft_cfg.block_size
-        count, c_star_sum, top1_sum = (torch.zeros(gamma, dtype=torch.float64) for _ in range(3))
-        taus, done = [], []
+        done = []
         for i in range(0, len(samples), b):
             with record_function("splitserve.pack"):
                 batch = self._pack(samples[i : i + b], sample_ids[i : i + b])
@@ -231,30 +238,9 @@ class DraftTrainer:
             tokens += sum(int(s.input_ids.numel()) for s in samples[i : i + b])
             blocks += batch.num_blocks
             done.append(res)
-        # the host reads the metrics only now: every micro-batch was packed and queued without
-        # waiting for the device (a read waits for all queued work)
-        for res in done:
-            totals["loss"] += res.loss.item() / self.cfg.grad_accum
-            for k in ("ce", "distill", "conf"):
-                totals[k] += res.parts[k] / self.cfg.grad_accum
-            w = torch.tensor(res.count, dtype=torch.float64)
-            count += w
-            c_star_sum += w * torch.tensor(res.c_star, dtype=torch.float64)
-            top1_sum += w * torch.tensor(res.top1, dtype=torch.float64)
-            if not math.isnan(res.sim_tau):
-                taus.append(res.sim_tau)
         self.step += 1
-        denom = count.clamp(min=1)
-        return {
-            **totals,
-            "lr": lr,
-            "tokens": tokens,
-            "blocks": blocks,
-            "empty_micro_batches": empty,
-            "c_star": (c_star_sum / denom).tolist(),
-            "top1": (top1_sum / denom).tolist(),
-            "sim_tau": sum(taus) / len(taus) if taus else float("nan"),
-        }
+        counts = {"tokens": tokens, "blocks": blocks, "empty_micro_batches": empty}
+        return QueuedStep(done, lr, counts, self.cfg.grad_accum, self.draft_cfg.block_size)
 
     @torch.no_grad()
     def evaluate(self, samples: Sequence[SequenceSample], sample_ids: Sequence[int]) -> dict | None:
@@ -285,3 +271,45 @@ class DraftTrainer:
         random.setstate(state["python"])
         np.random.set_state(state["numpy"])
         torch.set_rng_state(state["torch"])
+
+
+class QueuedStep:
+    """An optimizer step queued on the device: its loss results stay there until `metrics()`
+    reads them all (once; later calls return the same dict)."""
+
+    def __init__(self, results: list, lr: float, counts: dict, grad_accum: int, gamma: int):
+        self._results, self._lr, self._counts = results, lr, counts
+        self._accum, self._gamma = grad_accum, gamma
+        self._metrics: dict | None = None
+
+    def metrics(self) -> dict:
+        """This rank's metrics of the step: loss parts, lr, tokens, blocks, empty micro-batches,
+        per-position c_star and top-1 and the simulated tau (waits for the step's work)."""
+        if self._metrics is not None:
+            return self._metrics
+        totals = {"loss": 0.0, "ce": 0.0, "distill": 0.0, "conf": 0.0}
+        count, c_star_sum, top1_sum = (
+            torch.zeros(self._gamma, dtype=torch.float64) for _ in range(3)
+        )
+        taus = []
+        for res in self._results:
+            totals["loss"] += res.loss.item() / self._accum
+            for k in ("ce", "distill", "conf"):
+                totals[k] += res.parts[k] / self._accum
+            w = torch.tensor(res.count, dtype=torch.float64)
+            count += w
+            c_star_sum += w * torch.tensor(res.c_star, dtype=torch.float64)
+            top1_sum += w * torch.tensor(res.top1, dtype=torch.float64)
+            if not math.isnan(res.sim_tau):
+                taus.append(res.sim_tau)
+        denom = count.clamp(min=1)
+        self._results = []  # the device tensors are no longer needed
+        self._metrics = {
+            **totals,
+            "lr": self._lr,
+            **self._counts,
+            "c_star": (c_star_sum / denom).tolist(),
+            "top1": (top1_sum / denom).tolist(),
+            "sim_tau": sum(taus) / len(taus) if taus else float("nan"),
+        }
+        return self._metrics

@@ -468,6 +468,16 @@ def _allreduce_mean(values: list[float]) -> list[float]:
     return (both[0] / both[1]).tolist()  # 0/0 -> nan
 
 
+def _wants_eval(cfg, done: int) -> bool:
+    """Whether the training loop evaluates after `done` steps (every eval_every, and the last)."""
+    return bool(cfg.eval_every and done % cfg.eval_every == 0) or done == cfg.steps
+
+
+def _wants_checkpoint(cfg, done: int) -> bool:
+    """Whether the training loop saves a checkpoint after `done` steps."""
+    return bool(cfg.checkpoint_every) and (done % cfg.checkpoint_every == 0 or done == cfg.steps)
+
+
 def train_loop(
     trainer: DraftTrainer, ctx: RunContext, rank: int, next_sample, target_util=lambda: float("nan")
 ):
@@ -498,74 +508,99 @@ def train_loop(
         "tokens": 0,
         "sample_ids": [g for g, _ in eval_set],
     }
+    # One step late: step N+1 is queued on the device before step N's metrics are read, so the
+    # device stays busy while the host reads them, logs, receives the next samples and packs.
+    # A step followed by an evaluation or a checkpoint (which must see its weights) and the last
+    # one are read at once instead. A profile window (log.profile_steps) sees this loop as is.
+    # A step's step_s, data wait and compile time are those of the interval from the previous
+    # step's read to its own (evaluations and checkpoints left out): the intervals tile the run.
+    pending = None  # (step, QueuedStep, sample ids)
+    last_read, last_compiled, waited = time.perf_counter(), compile_seconds(), 0.0
+
+    def finish(step, queued, ids, ahead: bool) -> None:
+        nonlocal last_read, last_compiled, waited
+        metrics = queued.metrics()  # waits for the step's work
+        step_s = time.perf_counter() - last_read  # since the previous step was read
+        wait_s, compiled = waited, compile_seconds() - last_compiled
+        totals["wait_s"] += wait_s
+        totals["compute_s"] += max(step_s - wait_s, 0.0)
+        totals["samples"] += b
+        totals["sample_ids"] += ids
+        totals["tokens"] += metrics["tokens"]
+        loss, ce, distill, conf, tau = _allreduce_mean(
+            [
+                metrics["loss"],
+                metrics["ce"],
+                metrics["distill"],
+                metrics["conf"],
+                metrics["sim_tau"],
+            ]
+        )
+        done = step + 1
+        record = {
+            "step": done,
+            "loss": loss,
+            "ce": ce,
+            "distill": distill,
+            "conf": conf,
+            "sim_tau": tau,
+            "lr": metrics["lr"],
+            "samples": b * t.num_trainers,
+            "tokens_rank0": metrics["tokens"],
+            "empty_micro_batches_rank0": metrics["empty_micro_batches"],
+            "c_star_rank0": metrics["c_star"],
+            "top1_rank0": metrics["top1"],
+            "step_s": step_s,
+            # torch.compile time in that interval (part of step_s; 0 once shapes settle)
+            "compile_s": compiled,
+            # the next step was queued before this one was read (the device kept busy)
+            "queued_ahead": ahead,
+            "data_wait_frac": wait_s / max(step_s, 1e-9),
+            "tokens_per_s": metrics["tokens"] * t.num_trainers / max(step_s, 1e-9),
+            "target_util": target_util(),
+            **_memory_record(trainer.device),
+        }
+        if t.num_eval and _wants_eval(cfg, done):
+            watch.phase("evaluation", f"after step {done}")
+            ev = trainer.evaluate([s for _, s in eval_set], [g for g, _ in eval_set])
+            vals = _allreduce_mean(
+                [ev["eval_loss"], ev["eval_sim_tau"]] if ev else [float("nan")] * 2
+            )
+            record.update(eval_loss=vals[0], eval_sim_tau=vals[1])
+            if probe is not None:
+                record.update(probe(trainer.draft))
+        if log is not None:
+            log.write(record)
+            log.progress(record)
+        if _wants_checkpoint(cfg, done):
+            watch.phase("checkpoint", f"step {done}")
+            _save_checkpoint(trainer, ctx, done, rank)
+        # evaluation and checkpoint time left out of the next step's interval
+        last_read, last_compiled, waited = time.perf_counter(), compile_seconds(), 0.0
+
+    def wants_boundary(done: int) -> bool:
+        evaluates = bool(t.num_eval) and _wants_eval(cfg, done)
+        return done == cfg.steps or evaluates or _wants_checkpoint(cfg, done)
+
     try:
         for step in range(ctx.start_step, cfg.steps):
             t0 = time.perf_counter()
             watch.phase("data", f"{b} samples for step {step + 1}")
             got = [next_sample() for _ in range(b)]
-            t1 = time.perf_counter()
+            waited += time.perf_counter() - t0
             watch.phase("step", f"step {step + 1}")
-            compiled = compile_seconds()
             ids = [g for g, _ in got]
             if prof is not None:
                 prof.begin(step)
-            metrics = trainer.train_step([s for _, s in got], ids)
+            queued = trainer.queue_step([s for _, s in got], ids)
+            if pending is not None:  # the previous step, read while this one runs
+                finish(*pending, ahead=True)
+            pending = (step, queued, ids)
+            if wants_boundary(step + 1):
+                finish(*pending, ahead=False)
+                pending = None
             if prof is not None:
                 prof.end(step)
-            t2 = time.perf_counter()
-            compiled = compile_seconds() - compiled
-            totals["wait_s"] += t1 - t0
-            totals["compute_s"] += t2 - t1
-            totals["samples"] += b
-            totals["sample_ids"] += ids
-            totals["tokens"] += metrics["tokens"]
-            loss, ce, distill, conf, tau = _allreduce_mean(
-                [
-                    metrics["loss"],
-                    metrics["ce"],
-                    metrics["distill"],
-                    metrics["conf"],
-                    metrics["sim_tau"],
-                ]
-            )
-            done = step + 1
-            record = {
-                "step": done,
-                "loss": loss,
-                "ce": ce,
-                "distill": distill,
-                "conf": conf,
-                "sim_tau": tau,
-                "lr": metrics["lr"],
-                "samples": b * t.num_trainers,
-                "tokens_rank0": metrics["tokens"],
-                "empty_micro_batches_rank0": metrics["empty_micro_batches"],
-                "c_star_rank0": metrics["c_star"],
-                "top1_rank0": metrics["top1"],
-                "step_s": t2 - t0,
-                # torch.compile time inside this step (part of step_s; 0 once shapes settle)
-                "compile_s": compiled,
-                "data_wait_frac": (t1 - t0) / max(t2 - t0, 1e-9),
-                "tokens_per_s": metrics["tokens"] * t.num_trainers / max(t2 - t0, 1e-9),
-                "target_util": target_util(),
-                **_memory_record(trainer.device),
-            }
-            want_eval = (cfg.eval_every and done % cfg.eval_every == 0) or done == cfg.steps
-            if want_eval and t.num_eval:
-                watch.phase("evaluation", f"after step {done}")
-                ev = trainer.evaluate([s for _, s in eval_set], [g for g, _ in eval_set])
-                vals = _allreduce_mean(
-                    [ev["eval_loss"], ev["eval_sim_tau"]] if ev else [float("nan")] * 2
-                )
-                record.update(eval_loss=vals[0], eval_sim_tau=vals[1])
-                if probe is not None:
-                    record.update(probe(trainer.draft))
-            if log is not None:
-                log.write(record)
-                log.progress(record)
-            if cfg.checkpoint_every and (done % cfg.checkpoint_every == 0 or done == cfg.steps):
-                watch.phase("checkpoint", f"step {done}")
-                _save_checkpoint(trainer, ctx, done, rank)
     finally:
         watch.close()
         if log is not None:

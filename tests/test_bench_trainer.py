@@ -28,6 +28,7 @@ def test_the_trainer_benchmark_reports_each_accumulation_beside_the_other(tmp_pa
     assert one["flop_per_sample"] == two["flop_per_sample"] > 0  # per sample, either way
     for row in (one, two):
         assert row["samples_per_s"] > 0 and 0 < row["mfu"] < 1 and row["optimizer_kernels"]
+        assert row["pipelined_samples_per_s"] > 0 and 0 < row["pipelined_mfu"] < 1
         assert all(v > 0 for v in row["phases_ms"].values())
         assert row["phases_ms"]["pack_host"] <= row["phases_ms"]["pack"]  # its host part
     assert report["best"]["smollm2"]["config"] in report["trainer"]

@@ -105,6 +105,13 @@ def test_disaggregated_training_equals_single_process(tmp_path, backend):
     records = [r for r in records if "event" not in r]  # the steps
     # compilation time is logged apart from the step (none on CPU: flex is not compiled here)
     assert all(0.0 <= r["compile_s"] <= r["step_s"] for r in records)
+    # one step late: step 1's metrics were read after step 2 was queued; steps 2 and 4 are read
+    # at once (a checkpoint follows each; an evaluation the last)
+    for run_dir in ("colocated", "split"):
+        lines = (tmp_path / run_dir / "metrics.jsonl").read_text().splitlines()
+        steps = [json.loads(x) for x in lines]
+        ahead = {r["step"]: r["queued_ahead"] for r in steps if "event" not in r}
+        assert ahead == {1: True, 2: False, 3: True, 4: False}, run_dir
     prof = json.loads((tmp_path / "split/profile/trainer0.json").read_text())
     assert (prof["steps"], prof["start"]) == (2, 1) and prof["wall_ms_per_step"] > 0
     cpu_ms = {name: p["cpu_ms_per_step"] for name, p in prof["phases"].items()}
