@@ -47,26 +47,52 @@ PARTS = ("ce", "distill", "conf")
 
 
 class LossResult:
-    """A batch's loss and its metrics. The metrics stay on the device until one is first read;
-    then a single transfer brings them all. A read of the device waits for every kernel queued
-    before it, so the trainer reads them only after it has queued the backward pass and the
-    optimizer step, and the host never stalls in between."""
+    """A batch's loss and its metrics. They stay on the device until one is first read; then a
+    single transfer brings them all. A plain read waits for every kernel queued before it;
+    after `stage()` a read waits only for the work queued before the stage (the trainer stages
+    each micro-batch's results once its step is queued, and reads them a step later)."""
 
     def __init__(self, loss: torch.Tensor, metrics: dict[str, torch.Tensor]) -> None:
         self.loss = loss  # scalar, differentiable
         self._pending = metrics  # name -> 1-D device tensor
         self._host: dict[str, list[float]] | None = None
+        self._staged = None  # (host tensor, CUDA event or None)
+
+    def _flat(self) -> torch.Tensor:
+        parts = [self.loss.detach().double().reshape(1)]
+        return torch.cat(parts + [t.detach().double().reshape(-1) for t in self._pending.values()])
+
+    def stage(self) -> None:
+        """Start the transfer now without waiting: on a GPU, a copy into pinned host memory
+        behind the work queued so far, and an event marking its end."""
+        flat = self._flat()
+        if not flat.is_cuda:
+            self._staged = (flat, None)
+            return
+        host = torch.empty(flat.shape, dtype=flat.dtype, pin_memory=True)
+        host.copy_(flat, non_blocking=True)
+        event = torch.cuda.Event()
+        event.record()
+        self._staged = (host, event)
 
     def _read(self, name: str) -> list[float]:
         if self._host is None:
-            names = list(self._pending)
-            sizes = [self._pending[k].numel() for k in names]
-            flat = torch.cat([self._pending[k].detach().double().reshape(-1) for k in names])
-            values = flat.tolist()
-            self._host, i = {}, 0
-            for k, size in zip(names, sizes, strict=True):
-                self._host[k], i = values[i : i + size], i + size
+            if self._staged is None:
+                values = self._flat().tolist()
+            else:
+                host, event = self._staged
+                if event is not None:
+                    event.synchronize()
+                values = host.tolist()
+            self._host, i = {"loss": values[:1]}, 1
+            for k, t in self._pending.items():
+                self._host[k], i = values[i : i + t.numel()], i + t.numel()
         return self._host[name]
+
+    @property
+    def loss_value(self) -> float:
+        """The loss as a float (read with the metrics)."""
+        return self._read("loss")[0]
 
     @property
     def parts(self) -> dict[str, float]:

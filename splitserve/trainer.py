@@ -72,6 +72,9 @@ def deepspeed_config(cfg: TrainConfig, dp_world: int, on_gpu: bool) -> dict:
         "checkpoint": {"tag_validation": "Ignore"},
         "steps_per_print": 1 << 30,
         "wall_clock_breakdown": False,
+        # DeepSpeed's throughput timer synchronises the device at every forward and step (from
+        # its third step): the host could never queue ahead of the device
+        "timers": {"throughput": {"enabled": False}},
     }
 
 
@@ -235,6 +238,7 @@ class DraftTrainer:
                 self.engine.backward(res.loss)
             with record_function("splitserve.optimizer_step"):
                 self.engine.step()
+            res.stage()  # its metrics start towards the host behind this micro-batch's work
             tokens += sum(int(s.input_ids.numel()) for s in samples[i : i + b])
             blocks += batch.num_blocks
             done.append(res)
@@ -274,8 +278,9 @@ class DraftTrainer:
 
 
 class QueuedStep:
-    """An optimizer step queued on the device: its loss results stay there until `metrics()`
-    reads them all (once; later calls return the same dict)."""
+    """An optimizer step queued on the device. Its micro-batches' results were staged as each
+    was queued (LossResult.stage), so `metrics()` waits for this step's work only, not for a
+    step queued after it; it reads them once (later calls return the same dict)."""
 
     def __init__(self, results: list, lr: float, counts: dict, grad_accum: int, gamma: int):
         self._results, self._lr, self._counts = results, lr, counts
@@ -293,7 +298,7 @@ class QueuedStep:
         )
         taus = []
         for res in self._results:
-            totals["loss"] += res.loss.item() / self._accum
+            totals["loss"] += res.loss_value / self._accum
             for k in ("ce", "distill", "conf"):
                 totals[k] += res.parts[k] / self._accum
             w = torch.tensor(res.count, dtype=torch.float64)

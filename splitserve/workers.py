@@ -457,6 +457,20 @@ def _load_checkpoint(trainer: DraftTrainer, ctx: RunContext) -> None:
     trainer.step = ctx.start_step
 
 
+_HOST_GROUP: list = []  # the trainer world's gloo group, when the world itself is NCCL
+
+
+def _host_group():
+    """A gloo group over the trainer world for host-side values (NCCL reduces only device
+    tensors; one on the device would also queue behind the step queued ahead). Created on first
+    use: every rank reaches it at the same call."""
+    if dist.get_backend() == "gloo":
+        return None
+    if not _HOST_GROUP:
+        _HOST_GROUP.append(dist.new_group(backend="gloo"))
+    return _HOST_GROUP[0]
+
+
 def _allreduce_mean(values: list[float]) -> list[float]:
     """Mean over trainer ranks of each value, ignoring ranks where it is nan (nan if all are).
     Every rank must call this the same number of times."""
@@ -464,7 +478,7 @@ def _allreduce_mean(values: list[float]) -> list[float]:
     valid = ~t.isnan()
     both = torch.stack((torch.where(valid, t, torch.zeros_like(t)), valid.double()))
     if dist.is_initialized() and dist.get_world_size() > 1:
-        dist.all_reduce(both)
+        dist.all_reduce(both, group=_host_group())
     return (both[0] / both[1]).tolist()  # 0/0 -> nan
 
 
@@ -508,20 +522,17 @@ def train_loop(
         "tokens": 0,
         "sample_ids": [g for g, _ in eval_set],
     }
-    # One step late: step N+1 is queued on the device before step N's metrics are read, so the
-    # device stays busy while the host reads them, logs, receives the next samples and packs.
-    # A step followed by an evaluation or a checkpoint (which must see its weights) and the last
-    # one are read at once instead. A profile window (log.profile_steps) sees this loop as is.
-    # A step's step_s, data wait and compile time are those of the interval from the previous
-    # step's read to its own (evaluations and checkpoints left out): the intervals tile the run.
-    pending = None  # (step, QueuedStep, sample ids)
-    last_read, last_compiled, waited = time.perf_counter(), compile_seconds(), 0.0
+    # One step late: step N+1 is queued on the device before step N's metrics are read (they
+    # were staged as N was queued, so the read waits for N's work only), so the device stays
+    # busy while the host reads them, logs, receives the next samples and packs. A step followed
+    # by an evaluation or a checkpoint (which must see its weights) and the last one are read at
+    # once instead. A step's step_s is its loop iteration (receive, queue, read the previous
+    # step), a boundary's up to its own read: evaluations and checkpoints left out.
+    pending = None  # (step, QueuedStep, sample ids, start, data wait, compile seconds)
 
-    def finish(step, queued, ids, ahead: bool) -> None:
-        nonlocal last_read, last_compiled, waited
-        metrics = queued.metrics()  # waits for the step's work
-        step_s = time.perf_counter() - last_read  # since the previous step was read
-        wait_s, compiled = waited, compile_seconds() - last_compiled
+    def finish(step, queued, ids, start, wait_s, compiled, end=None, ahead=False) -> None:
+        metrics = queued.metrics()  # waits for this step's work
+        step_s = (time.perf_counter() if end is None else end) - start
         totals["wait_s"] += wait_s
         totals["compute_s"] += max(step_s - wait_s, 0.0)
         totals["samples"] += b
@@ -551,7 +562,7 @@ def train_loop(
             "c_star_rank0": metrics["c_star"],
             "top1_rank0": metrics["top1"],
             "step_s": step_s,
-            # torch.compile time in that interval (part of step_s; 0 once shapes settle)
+            # torch.compile time while the step was queued (part of step_s; 0 once shapes settle)
             "compile_s": compiled,
             # the next step was queued before this one was read (the device kept busy)
             "queued_ahead": ahead,
@@ -575,8 +586,6 @@ def train_loop(
         if _wants_checkpoint(cfg, done):
             watch.phase("checkpoint", f"step {done}")
             _save_checkpoint(trainer, ctx, done, rank)
-        # evaluation and checkpoint time left out of the next step's interval
-        last_read, last_compiled, waited = time.perf_counter(), compile_seconds(), 0.0
 
     def wants_boundary(done: int) -> bool:
         evaluates = bool(t.num_eval) and _wants_eval(cfg, done)
@@ -587,20 +596,22 @@ def train_loop(
             t0 = time.perf_counter()
             watch.phase("data", f"{b} samples for step {step + 1}")
             got = [next_sample() for _ in range(b)]
-            waited += time.perf_counter() - t0
+            wait_s = time.perf_counter() - t0
             watch.phase("step", f"step {step + 1}")
             ids = [g for g, _ in got]
+            compiled = compile_seconds()
             if prof is not None:
                 prof.begin(step)
             queued = trainer.queue_step([s for _, s in got], ids)
+            compiled = compile_seconds() - compiled
             if pending is not None:  # the previous step, read while this one runs
-                finish(*pending, ahead=True)
-            pending = (step, queued, ids)
-            if wants_boundary(step + 1):
-                finish(*pending, ahead=False)
-                pending = None
-            if prof is not None:
+                finish(*pending, end=t0, ahead=True)
+            pending = (step, queued, ids, t0, wait_s, compiled)
+            if prof is not None:  # (its last step's end waits for the device)
                 prof.end(step)
+            if wants_boundary(step + 1):
+                finish(*pending)
+                pending = None
     finally:
         watch.close()
         if log is not None:

@@ -311,3 +311,28 @@ def test_compiled_layer_regions_give_the_eager_loss_and_gradients(variant):
         for a, b in zip(grads_c, grads, strict=True):
             torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
         assert counters["stats"]["unique_graphs"] == 5
+
+
+def test_staged_metrics_are_those_of_the_stage_and_read_as_plain_ones():
+    """LossResult.stage snapshots the loss and metrics for a later read (the trainer stages a
+    micro-batch's results when it is queued and reads them a step later): the same values as a
+    plain read, unchanged by what is done to the device tensors afterwards."""
+    from draft_models.losses import LossResult
+
+    def metrics():
+        return {
+            "parts": torch.tensor([0.5, 0.25, 0.125]),
+            "c_star": torch.tensor([0.9, 0.6]),
+            "top1": torch.tensor([1.0, 0.5]),
+            "count": torch.tensor([4.0, 3.0]),
+            "sim_tau": torch.tensor([2.5]),
+        }
+
+    loss = torch.tensor(0.75, requires_grad=True) * 2
+    plain, staged = LossResult(loss, metrics()), LossResult(loss, metrics())
+    staged.stage()
+    staged._pending["c_star"].add_(1.0)  # later work on the device tensors
+    assert staged.loss_value == plain.loss_value == 1.5
+    assert staged.parts == plain.parts == {"ce": 0.5, "distill": 0.25, "conf": 0.125}
+    assert staged.c_star == plain.c_star == [pytest.approx(0.9), pytest.approx(0.6)]
+    assert staged.count == plain.count == [4, 3] and staged.top1 == [1.0, 0.5]
