@@ -72,7 +72,7 @@ class LossResult:
         host = torch.empty(flat.shape, dtype=flat.dtype, pin_memory=True)
         host.copy_(flat, non_blocking=True)
         event = torch.cuda.Event()
-        event.record()
+        event.record(torch.cuda.current_stream(flat.device))
         self._staged = (host, event)
 
     def _read(self, name: str) -> list[float]:

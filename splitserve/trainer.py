@@ -46,6 +46,14 @@ def lr_lambda(cfg: TrainConfig):
     return f
 
 
+def clips_in_step(cfg: TrainConfig) -> bool:
+    """Whether the trainer clips the gradients itself (amp at ZeRO-0: plain fp32 gradients on
+    the parameters) rather than DeepSpeed, whose clipping copies its bound from pageable host
+    memory and so waits for all queued work at every optimizer step. Elsewhere DeepSpeed's
+    optimizers clip (bf16 and ZeRO >= 1 also read the norm's validity on the host)."""
+    return cfg.grad_clip > 0 and cfg.precision == "amp" and cfg.zero_stage == 0
+
+
 def deepspeed_config(cfg: TrainConfig, dp_world: int, on_gpu: bool) -> dict:
     """bf16 on a GPU: bf16 weights with DeepSpeed's fp32 master copies; amp: fp32 weights that
     fused Adam steps in place, matmuls in bf16 under DeepSpeed's torch.autocast."""
@@ -54,7 +62,7 @@ def deepspeed_config(cfg: TrainConfig, dp_world: int, on_gpu: bool) -> dict:
         "train_micro_batch_size_per_gpu": cfg.micro_batch,
         "gradient_accumulation_steps": cfg.grad_accum,
         "train_batch_size": cfg.micro_batch * cfg.grad_accum * dp_world,
-        "gradient_clipping": cfg.grad_clip,
+        "gradient_clipping": 0.0 if clips_in_step(cfg) else cfg.grad_clip,
         "zero_optimization": {"stage": cfg.zero_stage},
         "bf16": {"enabled": on_gpu and not amp},
         "torch_autocast": {"enabled": amp, "dtype": "bfloat16"},
@@ -181,8 +189,10 @@ class DraftTrainer:
         micro-batch, with or without a batch): every supervised token then weighs the same
         whatever rank it lands on, as in DeepSpec."""
         decay = self.draft_cfg.loss.position_decay
-        local = 0.0 if batch is None else label_weight_total(batch, decay)
-        total = torch.as_tensor(local, dtype=torch.float32, device=self.device).reshape(1)
+        if batch is None:  # (not as_tensor(0.0): a blocking copy from pageable host memory)
+            total = torch.zeros(1, dtype=torch.float32, device=self.device)
+        else:
+            total = label_weight_total(batch, decay).float().reshape(1)
         if self.dp_world > 1:
             dist.all_reduce(total)
         return total[0]
@@ -198,6 +208,19 @@ class DraftTrainer:
         with autocast_if_enabled(self.engine):
             out = self.engine(batch)
             return get_arch(self.draft_cfg.arch).loss(self.draft, out, batch, **norm)
+
+    def _backward_and_step(self, loss: torch.Tensor) -> None:
+        """DeepSpeed's backward and step of one micro-batch; at an accumulation boundary, where
+        `clips_in_step`, the gradients are clipped first by torch's clip_grad_norm_ (device
+        ops only; the gradients are already averaged over the ranks, so the local norm is the
+        global one)."""
+        with record_function("splitserve.backward"):
+            self.engine.backward(loss)
+        with record_function("splitserve.optimizer_step"):
+            if clips_in_step(self.cfg) and self.engine.is_gradient_accumulation_boundary():
+                params = [p for p in self.draft.parameters() if p.grad is not None]
+                torch.nn.utils.clip_grad_norm_(params, self.cfg.grad_clip)
+            self.engine.step()
 
     def train_step(self, samples: Sequence[SequenceSample], sample_ids: Sequence[int]) -> dict:
         """One optimizer step over B samples; returns this rank's metrics (`queue_step`, then
@@ -229,15 +252,11 @@ class DraftTrainer:
                 weight_total = self._global_weight_total(batch)
             if batch is None:  # (a packed block always supervises its first label)
                 empty += 1
-                self.engine.backward(self._zero_loss())
-                self.engine.step()
+                self._backward_and_step(self._zero_loss())
                 continue
             with record_function("splitserve.forward_loss"):
                 res = self._loss(batch, weight_total)
-            with record_function("splitserve.backward"):
-                self.engine.backward(res.loss)
-            with record_function("splitserve.optimizer_step"):
-                self.engine.step()
+            self._backward_and_step(res.loss)
             res.stage()  # its metrics start towards the host behind this micro-batch's work
             tokens += sum(int(s.input_ids.numel()) for s in samples[i : i + b])
             blocks += batch.num_blocks

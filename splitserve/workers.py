@@ -467,7 +467,7 @@ def _host_group():
     if dist.get_backend() == "gloo":
         return None
     if not _HOST_GROUP:
-        _HOST_GROUP.append(dist.new_group(backend="gloo"))
+        _HOST_GROUP.append(dist.new_group(backend="gloo", timeout=TIMEOUT))
     return _HOST_GROUP[0]
 
 

@@ -87,7 +87,7 @@ def _run(rank: int, port: int, compile_layers: bool, out: str) -> None:
     dist.init_process_group("nccl", rank=0, world_size=1)
     cfg = TrainConfig(
         steps=8, micro_batch=1, grad_accum=2, num_anchors=32, warmup_steps=1, precision="amp",
-        zero_stage=0, compile_layers=compile_layers,
+        zero_stage=0, compile_layers=compile_layers,  # the trainer clips here (clips_in_step)
     )  # fmt: skip
     trainer = DraftTrainer(
         tiny_config("dspark"), tiny_target(), tiny_head(), cfg, device=device, dp_world=1
@@ -100,8 +100,10 @@ def _run(rank: int, port: int, compile_layers: bool, out: str) -> None:
     try:
         with _NoSync():  # a whole step: two micro-batches and the optimizer's
             first = trainer.queue_step(samples, ids)
-    except RuntimeError as exc:
+    except RuntimeError as exc:  # the step is left half done: report and stop
         result["error"] = str(exc)
+        torch.save(result, out)
+        return
     # one step late: step N's metrics are read while step N+1 and more work are still queued
     second = trainer.queue_step(samples, ids)
     later = _busy(device)
