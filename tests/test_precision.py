@@ -16,15 +16,20 @@ from splitserve.launch import free_ports
 pytestmark = pytest.mark.slow  # spawns a process
 
 
-def _run(rank: int, port: int, out: str) -> None:
-    from splitserve.trainer import DraftTrainer
-
+def _one_rank(port: int) -> list:
+    """A one-rank gloo world in this spawned process; the samples both tests train on."""
     os.environ.update(
         MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", WORLD_SIZE="1", LOCAL_RANK="0"
     )
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=0, world_size=1)
-    samples = [random_sample(n, seed=i, assistant_from=4) for i, n in enumerate((40, 32))]
+    return [random_sample(n, seed=i, assistant_from=4) for i, n in enumerate((40, 32))]
+
+
+def _run(rank: int, port: int, out: str) -> None:
+    from splitserve.trainer import DraftTrainer
+
+    samples = _one_rank(port)
     result = {}
     for variant in ("dspark", "dspark_mla"):
         for precision in ("bf16", "amp"):  # bf16 runs in fp32 on CPU: the reference
@@ -95,12 +100,7 @@ def test_amp_trains_fp32_weights_with_bf16_compute(tmp_path):
 def _run_clip(rank: int, port: int, out: str) -> None:
     from splitserve.trainer import DraftTrainer
 
-    os.environ.update(
-        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", WORLD_SIZE="1", LOCAL_RANK="0"
-    )
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=0, world_size=1)
-    samples = [random_sample(n, seed=i, assistant_from=4) for i, n in enumerate((40, 32))]
+    samples = _one_rank(port)
     result = {}
     for precision in ("bf16", "amp"):  # DeepSpeed clips at bf16; the trainer itself at amp
         cfg = TrainConfig(
