@@ -530,6 +530,9 @@ def train_loop(
     # step), a boundary's up to its own read: evaluations and checkpoints left out.
     pending = None  # (step, QueuedStep, sample ids, start, data wait, compile seconds)
 
+    def evaluates(done: int) -> bool:
+        return bool(t.num_eval) and _wants_eval(cfg, done)
+
     def finish(step, queued, ids, start, wait_s, compiled, end=None, ahead=False) -> None:
         metrics = queued.metrics()  # waits for this step's work
         step_s = (time.perf_counter() if end is None else end) - start
@@ -571,7 +574,7 @@ def train_loop(
             "target_util": target_util(),
             **_memory_record(trainer.device),
         }
-        if t.num_eval and _wants_eval(cfg, done):
+        if evaluates(done):
             watch.phase("evaluation", f"after step {done}")
             ev = trainer.evaluate([s for _, s in eval_set], [g for g, _ in eval_set])
             vals = _allreduce_mean(
@@ -588,8 +591,7 @@ def train_loop(
             _save_checkpoint(trainer, ctx, done, rank)
 
     def wants_boundary(done: int) -> bool:
-        evaluates = bool(t.num_eval) and _wants_eval(cfg, done)
-        return done == cfg.steps or evaluates or _wants_checkpoint(cfg, done)
+        return done == cfg.steps or evaluates(done) or _wants_checkpoint(cfg, done)
 
     try:
         for step in range(ctx.start_step, cfg.steps):
