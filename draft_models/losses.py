@@ -335,11 +335,13 @@ def distillation_loss(
         labels, ce_kept = to_draft(labels, vocab.t2d)
         ce_kept = ce_kept.float()
     total_w = weights.sum() if weight_total is None else weight_total
-    coef = torch.tensor(
-        [cfg.ce_weight, cfg.distill_weight, cfg.confidence_weight], device=weights.device
+    # the term weights stay Python floats: a tensor built from them on a GPU is a blocking copy
+    # from pageable memory, which waits for all the work queued before it (tests/test_gpu_trainer)
+    coef = (
+        cfg.ce_weight,
+        cfg.distill_weight,
+        cfg.confidence_weight if conf_logit is not None else 0.0,
     )
-    if conf_logit is None:
-        coef[2] = 0.0
 
     if fused:
         if latent is not None:
@@ -349,7 +351,8 @@ def distillation_loss(
         need_grad = torch.is_grad_enabled() and any(
             t is not None and t.requires_grad for t in (hidden, latent, conf_logit, w2, lm_head)
         )
-        coef_rows = coef[:, None] * (weights * (scale / total_w))[None, :]
+        per_row = weights * (scale / total_w)
+        coef_rows = torch.stack([per_row * c for c in coef])
         if ce_kept is not None:
             coef_rows[0] *= ce_kept
         loss, terms, metrics = _FusedObjective.apply(
@@ -364,7 +367,7 @@ def distillation_loss(
         terms = torch.cat((terms[:1] * ce_kept, terms[1:]))
     means = (terms * weights).sum(1) / total_w * scale
     if not fused:
-        loss = (means * coef).sum()
+        loss = sum(m * c for m, c in zip(means, coef, strict=True))
     return LossResult(
         loss,
         {
@@ -414,7 +417,10 @@ def simulated_tau(rows, n, gamma, c_star) -> torch.Tensor:
 @torch.no_grad()
 def per_position_metrics(slot, gamma, metrics, conf_logit) -> dict[str, torch.Tensor]:
     """Per block position, as device tensors (LossResult reads them)."""
-    count = torch.bincount(slot, minlength=gamma)
+    # (not bincount: on a GPU it reads the largest slot on the host, waiting for the device)
+    count = torch.zeros(gamma, dtype=torch.long, device=slot.device).index_add_(
+        0, slot, torch.ones_like(slot)
+    )
     denom = count.clamp(min=1).float()
 
     def mean(v):

@@ -276,3 +276,38 @@ def run_speculators(site: Path, code: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300
     )
+
+
+# Ops whose result the host reads (a value, or a data-dependent shape): on a GPU each waits for all
+# the work queued before it. A tensor made from Python data (lift_fresh) reaches a GPU by a
+# blocking copy from pageable memory.
+HOST_READ_OPS = frozenset(
+    {
+        "_local_scalar_dense", "is_nonzero", "equal", "allclose", "nonzero", "argwhere",
+        "masked_select", "masked_scatter", "bincount", "histc", "unique", "_unique", "_unique2",
+        "unique_dim", "unique_consecutive", "unique_dim_consecutive", "lift_fresh",
+    }
+)  # fmt: skip
+
+
+class HostReads(torch.utils._python_dispatch.TorchDispatchMode):
+    """Records, while active, every op that reads device data on the host or copies Python data
+    to the device: those above, indexing by a boolean mask, repeat_interleave without
+    output_size. On the CPU the same ops run, so a CPU test finds what would stall a GPU step
+    (the GPU itself checks with torch.cuda.set_sync_debug_mode: tests/test_gpu_trainer.py)."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        name = func.__name__.split(".")[0]
+        indices = args[1] if name.startswith(("index", "_index_put")) and len(args) > 1 else ()
+        if (
+            name in HOST_READ_OPS
+            or (name == "repeat_interleave" and kwargs.get("output_size") is None)
+            or any(isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in indices or ())
+        ):
+            self.ops.append(func.__name__)
+        return func(*args, **kwargs)

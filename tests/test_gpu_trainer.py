@@ -10,8 +10,10 @@ synchronised phases and the pack phase cost 5 to 59 ms (docs/results/throughput_
 Real DeepSpeed (amp, ZeRO-0, fused Adam) on a one-rank NCCL group, samples in pinned host memory
 as the trainer's receiver leaves them."""
 
+import dataclasses
 import math
 import os
+import traceback
 
 import pytest
 import torch
@@ -89,8 +91,11 @@ def _run(rank: int, port: int, compile_layers: bool, out: str) -> None:
         steps=8, micro_batch=1, grad_accum=2, num_anchors=32, warmup_steps=1, precision="amp",
         zero_stage=0, compile_layers=compile_layers,  # the trainer clips here (clips_in_step)
     )  # fmt: skip
+    # head_dim 16: flex attention's compiled kernels need at least 16 on CUDA (tiny_target's 8)
+    target = dataclasses.replace(tiny_target(), num_attention_heads=2, num_key_value_heads=1,
+                                 head_dim=16)  # fmt: skip
     trainer = DraftTrainer(
-        tiny_config("dspark"), tiny_target(), tiny_head(), cfg, device=device, dp_world=1
+        tiny_config("dspark"), target, tiny_head(), cfg, device=device, dp_world=1
     )
     samples, ids = _pinned_samples(), [0, 1]
     reference = [trainer.train_step(samples, ids) for _ in range(3)]  # past DeepSpeed's step 2
@@ -100,8 +105,12 @@ def _run(rank: int, port: int, compile_layers: bool, out: str) -> None:
     try:
         with _NoSync():  # a whole step: two micro-batches and the optimizer's
             first = trainer.queue_step(samples, ids)
-    except RuntimeError as exc:  # the step is left half done: report and stop
-        result["error"] = str(exc)
+    except RuntimeError as exc:  # the step is left half done: report where, and stop
+        frames = traceback.extract_tb(exc.__traceback__)[-8:]
+        where = " <- ".join(
+            f"{os.path.basename(f.filename)}:{f.lineno} {f.name}" for f in frames[::-1]
+        )
+        result["error"] = f"{exc} at {where}"
         torch.save(result, out)
         return
     # one step late: step N's metrics are read while step N+1 and more work are still queued

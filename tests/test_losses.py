@@ -6,7 +6,7 @@ import math
 
 import pytest
 import torch
-from conftest import random_sample, tiny_draft
+from conftest import HostReads, random_sample, tiny_draft
 
 from draft_models import (
     DraftOutput,
@@ -15,6 +15,7 @@ from draft_models import (
     distillation_loss,
     pack_sequences,
 )
+from draft_models.losses import draft_loss, label_weight_total
 from draft_models.packing import PackedBatch, TokenIndex
 
 
@@ -336,3 +337,32 @@ def test_staged_metrics_are_those_of_the_stage_and_read_as_plain_ones():
     assert staged.parts == plain.parts == {"ce": 0.5, "distill": 0.25, "conf": 0.125}
     assert staged.c_star == plain.c_star == [pytest.approx(0.9), pytest.approx(0.6)]
     assert staged.count == plain.count == [4, 3] and staged.top1 == [1.0, 0.5]
+
+
+def test_the_loss_its_metrics_gradients_and_flex_mask_never_read_the_device():
+    """What a training step queues on the device after packing (the flex block mask, the loss
+    with its staged metrics, the backward) reads no device value on the host and copies no
+    Python data to the device: on a GPU either would make the host wait for the step, so the
+    trainer could not queue the next one (a bincount and a tensor of term weights did)."""
+    from draft_models.packed_attention import AttentionPlan, _flex_block_mask
+
+    draft = tiny_draft("dspark")
+    samples = [random_sample(n, seed=i, assistant_from=n // 4) for i, n in enumerate((300, 180))]
+    batch = pack_sequences(
+        samples, num_anchors=32, block_size=draft.cfg.block_size, num_slots=draft.cfg.num_slots,
+        mask_token_id=draft.cfg.mask_token_id, seed=0,
+    )  # fmt: skip
+    out = draft(batch)  # (the CPU's attention backend plans per sequence on the host)
+    keys = batch.ctx_index.cat(batch.block_index())
+    plan = AttentionPlan(batch.block_index(), keys, backend="flex")
+    with HostReads() as reads:
+        _flex_block_mask(plan, len(batch.block_index()), len(keys), "cpu")
+        res = draft_loss(draft, out, batch, weight_total=label_weight_total(batch, 7.0), scale=1)
+        res.loss.backward()
+        res.stage()
+    assert reads.ops == []
+    assert math.isfinite(res.loss_value)
+    with HostReads() as reads:  # the detector itself: a read it must see
+        int(res.loss.detach())
+        torch.bincount(batch.labels.reshape(-1))
+    assert reads.ops == ["_local_scalar_dense.default", "bincount.default"]
