@@ -289,6 +289,9 @@ HOST_READ_OPS = frozenset(
     }
 )  # fmt: skip
 
+# ops indexed by a list of tensors (args[1]): a boolean one is a nonzero in disguise
+_INDEXING_OPS = frozenset({"index", "index_put", "index_put_", "_index_put_impl_"})
+
 
 class HostReads(torch.utils._python_dispatch.TorchDispatchMode):
     """Records, while active, every op that reads device data on the host or copies Python data
@@ -303,11 +306,11 @@ class HostReads(torch.utils._python_dispatch.TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         name = func.__name__.split(".")[0]
-        indices = args[1] if name.startswith(("index", "_index_put")) and len(args) > 1 else ()
+        indices = args[1] if name in _INDEXING_OPS else ()  # (a list, None where a dim is whole)
         if (
             name in HOST_READ_OPS
             or (name == "repeat_interleave" and kwargs.get("output_size") is None)
-            or any(isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in indices or ())
+            or any(isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in indices)
         ):
             self.ops.append(func.__name__)
         return func(*args, **kwargs)
