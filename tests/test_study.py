@@ -66,6 +66,17 @@ def test_studies_sharing_a_work_dir_share_its_file_and_baseline():
         assert all(seen.setdefault(j, o) == o for c in group for j, o in c.jobs.items())
 
 
+def test_the_two_target_studies_differ_only_in_their_target():
+    """targets_h200 compares Gemma 3 270M with SmolLM2 at one budget: recipe, data budget,
+    regeneration, jobs, evaluation and every common override but the target must agree (the
+    Gemma study once lacked train.calibrate_at_end)."""
+    gemma, smol = (study_config([f"+experiment=targets_{t}"]) for t in ("gemma3_270m", "smollm2"))
+    same = ("name", "recipe", "samples", "micro_batch", "regen_extra", "jobs", "evaluate")
+    assert [getattr(gemma, k) for k in same] == [getattr(smol, k) for k in same]
+    assert [o for o in gemma.common if o != "target=gemma3_270m"] == list(smol.common)
+    assert gemma.table != smol.table and gemma.work_dir != smol.work_dir
+
+
 def _tiny(tmp_path, **extra) -> StudyConfig:
     overrides = [
         "name=t",
