@@ -35,8 +35,9 @@ def test_every_experiment_composes_and_validates(name):
     cfg = study_config([f"+experiment={name}"])
     assert cfg.results_dir == f"docs/results/{cfg.name}"
     # under studies/<name>/ (a study of one of several targets keeps its own regenerated data),
-    # or the SmolLM2 studies' shared one at 30,000
-    assert cfg.work_dir.startswith((f"studies/{cfg.name}/", "studies/smol/"))
+    # or one a target's studies share (conf/study_smol30k.yaml, conf/study_gemma30k.yaml)
+    shared = ("studies/smol/", "studies/gemma3_270m/")
+    assert cfg.work_dir.startswith((f"studies/{cfg.name}/", *shared))
     assert cfg.work_dir.endswith(f"/{cfg.samples}")
     plan = Study(cfg).plan()
     trains = [s.name for s in plan if s.name.startswith("train")]
@@ -53,6 +54,7 @@ def test_studies_sharing_a_work_dir_share_its_file_and_baseline():
     assert shared == {
         "studies/ablations_h200/110000": ["attention", "block", "layers", "rope"],
         "studies/smol/30000": ["confidence", "smollm2", "vocab"],
+        "studies/gemma3_270m/30000": ["gemma3_270m", "vocab_gemma3_270m"],
     }
     for group in (groups[w] for w in shared):
         # one regenerated file: one manifest
