@@ -357,6 +357,7 @@ class Study:
         results.setdefault("tables", {})[self.table_key()] = {
             "command": command,
             "commit": git_commit(),
+            "device": device_name(),
             "recipe": self.cfg.recipe,
             "budget_samples": self.steps * self.cfg.micro_batch,
             "data_sha256": file_sha256(self.regen_file),
@@ -395,6 +396,14 @@ def git_commit() -> str | None:
     except (OSError, subprocess.CalledProcessError):
         return None
     return out.stdout.strip()
+
+
+def device_name() -> str:
+    """The GPU this machine lends its stages (CUDA's first device), or "cpu": tables written on
+    one machine are joined with others' (docs/device.md), so each says where it was measured."""
+    import torch  # here, not at the top: planning and --dry-run need no torch
+
+    return torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
 
 
 def print_plan(stages: list[Stage]) -> None:

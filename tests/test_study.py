@@ -312,6 +312,10 @@ def test_results_carry_the_calibration_a_job_fitted_at_the_end(tmp_path):
     (final / "sts_report.json").write_text(json.dumps({"test": {"ece_after": [0.01, 0.02]}}))
     table = json.loads(study.write_results("cmd").read_text())["tables"][study.table_key()]
     assert table["calibration"] == {"b": {"test": {"ece_after": [0.01, 0.02]}}}
+    import torch
+
+    gpu = torch.cuda.is_available()  # where it was measured: the GPU's name, or "cpu"
+    assert table["device"] == (torch.cuda.get_device_name() if gpu else "cpu")
 
 
 def test_an_interrupted_stage_is_named_as_interrupted_not_failed(tmp_path, capsys):
