@@ -399,8 +399,9 @@ def git_commit() -> str | None:
 
 
 def device_name() -> str:
-    """The GPU this machine lends its stages (CUDA's first device), or "cpu": tables written on
-    one machine are joined with others' (docs/device.md), so each says where it was measured."""
+    """The GPU of the machine writing the table (CUDA's first device), or "cpu": tables from
+    several machines are joined (docs/device.md), so each says where it was written. A study
+    resumed on another machine is named by the last one."""
     import torch  # here, not at the top: planning and --dry-run need no torch
 
     return torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from hydra import compose, initialize_config_dir
 
 from draft_models.config_io import load_dataclass
@@ -312,8 +313,6 @@ def test_results_carry_the_calibration_a_job_fitted_at_the_end(tmp_path):
     (final / "sts_report.json").write_text(json.dumps({"test": {"ece_after": [0.01, 0.02]}}))
     table = json.loads(study.write_results("cmd").read_text())["tables"][study.table_key()]
     assert table["calibration"] == {"b": {"test": {"ece_after": [0.01, 0.02]}}}
-    import torch
-
     gpu = torch.cuda.is_available()  # where it was measured: the GPU's name, or "cpu"
     assert table["device"] == (torch.cuda.get_device_name() if gpu else "cpu")
 
