@@ -11,8 +11,8 @@ the floor measured in the same run: the bytes one width-1 step must read (every 
 untied embedding table, for a mixture of experts only the top-k experts a token routes to, and
 the keys and values of the context) over this device's copy bandwidth (benchlib.copy_bandwidth).
 `--identical` runs tests/test_static_families.py's fp32 comparisons with transformers (CPU) and
-records which families passed. Both parts update the --out file in place (keys they do not
-write are kept), so the two merge into one report.
+records in each family's row whether all of its passed (`cpu_fp32_identical`). Both parts update
+the --out file in place (keys they do not write are kept), so the two merge into one report.
 """
 
 from __future__ import annotations
@@ -256,8 +256,11 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--shapes: unknown {', '.join(unknown)}; known: {', '.join(SHAPES)}")
     report = json.loads(args.out.read_text()) if args.out.is_file() else {}
     command = cli.command_line(ap, argv)
-    if args.identical:
-        report["cpu_fp32_identical"] = identical(args)
+    if args.identical:  # into each family's row (the measured fields, when any, stay)
+        families = report.setdefault("families", {})
+        for family, ok in identical(args).items():
+            families.setdefault(family, {})["cpu_fp32_identical"] = ok
+        report.pop("cpu_fp32_identical", None)  # where reports before 2026-12-07 kept it
         report["identical_command"] = command
         write_report(args.out, report)
         return 0

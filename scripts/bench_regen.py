@@ -105,6 +105,7 @@ def run_backend(name: str, args, conversations, device) -> tuple[dict, list]:
     if engine is not None:
         row["decode_steps"] = engine.steps
         row["prefills"] = engine.prefills
+        row["prefill_tokens"] = engine.prefill_tokens  # a refill forward's budget (0: none)
         if args.profile:  # the step alone: graph replays back to back, and their kernels,
             # every row live at the run's mean decode context
             spans = [(int(s.loss_mask.sum()), s.input_ids.numel()) for s in out]

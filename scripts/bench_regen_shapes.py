@@ -84,6 +84,7 @@ def regenerate(model, args, device) -> dict:
         "new_tokens_per_s": round(new / wall, 1),
         "decode_steps": engine.steps,
         "prefills": engine.prefills,
+        "prefill_tokens": engine.prefill_tokens,  # a refill forward's budget (0: none)
         "ms_per_step_incl_prefills": round(1e3 * wall / engine.steps, 3),
         # a decode step at each new token: its row's context then is between prompt and end
         "mean_context": round(

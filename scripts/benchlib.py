@@ -139,7 +139,8 @@ def kernel_table(replay, device, replays: int = 20) -> dict:
 def add_runtime_switches(parser, before_help: str | None = None) -> None:
     """--sdpa (SDPA over the masked cache instead of the Triton decode attention),
     --sdpa-in-compile, --grouped-in-compile, --compile-regen, --sync-regen, --torch-sampler,
-    --unfused-moe and, with a help text, --before (the static runtime as before 2026-12-05)."""
+    --unfused-moe, --prefill-tokens and, with a help text, --before (the static runtime as
+    before 2026-12-05)."""
     sdpa = "SDPA over the masked cache, not the Triton decode attention"
     parser.add_argument("--sdpa", action="store_true", help=sdpa)
     inside = "SDPA inside torch.compile'd steps, not the decode attention (before 2026-12-06)"
@@ -154,6 +155,11 @@ def add_runtime_switches(parser, before_help: str | None = None) -> None:
     parser.add_argument("--torch-sampler", action="store_true", help=sampler)
     unfused = "MoE routing and SiLU as separate kernels beside the pair GEMV (before 2026-12-06)"
     parser.add_argument("--unfused-moe", action="store_true", help=unfused)
+    chunk = (
+        "padded tokens per refill prefill forward (default: the Regenerator's; 0: a refill "
+        "group in one forward)"
+    )
+    parser.add_argument("--prefill-tokens", type=int, default=None, help=chunk)
     if before_help:
         parser.add_argument("--before", action="store_true", help=before_help)
 
@@ -164,7 +170,7 @@ def apply_runtime_switches(args, before: bool = False) -> None:
     SDPA, no compiled kernels, the synchronous regeneration loop, no compiled regeneration
     step, the PyTorch sampler; idle rows resting at position 0, 4546875, stay): a same-machine
     before/after."""
-    from splitserve.target.runtime import sampling
+    from splitserve.target.runtime import regen, sampling
     from splitserve.target.runtime.regen import Regenerator
     from splitserve.target.runtime.static_model import StaticDecoder
 
@@ -176,3 +182,5 @@ def apply_runtime_switches(args, before: bool = False) -> None:
     Regenerator.compile_step = args.compile_regen and not before
     Regenerator.one_ahead = not (args.sync_regen or before)
     sampling.use_kernel = not (args.torch_sampler or before)
+    chunk = regen.PREFILL_TOKENS if args.prefill_tokens is None else args.prefill_tokens
+    Regenerator.prefill_tokens = 0 if before else chunk

@@ -9,7 +9,9 @@ scripts/bench_regen_shapes.py: `samples_per_s` when the target regenerates answe
 `prefill_samples_per_s` when it only prefills given answers, teacher forcing), and for each supply
 mode picks the number of target GPUs k that maximises min(k x target rate, (gpus - k) x trainer
 rate): the node rate when targets and trainers run independently (each GPU one role, as the
-split trainer runs them), with no loss to transport or stalls. Writes `node_projection` into the
+split trainer runs them), with no loss to transport or stalls. Each shape's `samples_per_s` and
+`split` are those of regeneration (what a run does by default), or teacher forcing when only
+that was measured (`mode` says which). Writes `node_projection` into the
 same file (other keys kept) and prints it. `--trainer-from` / `--supply-from` read one shape's
 rates from other records of the file instead (dotted paths such as
 `run7.configs.qwen3_8b_s2048_b7_amp_z0_a2_c`, `regeneration_qwen3_8b_h100`), written under `--key`.
@@ -88,6 +90,9 @@ def project(
         if not any(mode in row for mode in MODES):
             where = supply_from or f"regeneration.{shape}"
             raise SystemExit(f"no {where} rates ({', '.join(MODES.values())})")
+        # the headline: the mode a run takes by default (target.regenerate=true) when measured
+        mode = next(m for m in MODES if m in row)
+        row.update(mode=mode, samples_per_s=row[mode]["samples_per_s"], split=row[mode]["split"])
         out[shape] = row
     return out
 

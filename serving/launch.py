@@ -39,6 +39,13 @@ def build_command(
                 f"{draft / name} is missing: pass a directory written by `python -m serving.export`"
             )
     config = read_json(draft / "config.json", "exported draft config")
+    if config.get("speculators_model_type") is not None:
+        raise ValueError(
+            f"{draft} is a draft in vLLM speculators' layout "
+            f"(speculators_model_type={config['speculators_model_type']!r}), which SGLang "
+            "0.5.23's DSPARK does not read (nested config; slot k predicts anchor+k): export the "
+            "checkpoint with `python -m serving.export --checkpoint CKPT --out DIR --format sglang`"
+        )
     if not any(a.endswith("DSparkModel") for a in config.get("architectures", [])):
         raise ValueError(
             f"{draft}/config.json is not a DSpark draft "

@@ -485,10 +485,13 @@ def test_every_format_round_trips_and_decodes_as_the_checkpoint(checkpoint, tmp_
     base = load_exported(export(checkpoint, tmp_path / "base", dtype="float32"), head)
     prompt = list(range(300, 340))
     got = [
-        SpeculativeDecoder(target, d, runtime="static", max_len=128).generate(prompt, 24)
+        SpeculativeDecoder(target, d, runtime="static", max_len=128).generate(
+            prompt, 24, record_confidence=True
+        )
         for d in (mine, base)
     ]
     assert got[0].token_ids == got[1].token_ids and got[0].accept_lengths == got[1].accept_lengths
+    assert got[0].confidence_logits and got[0].confidence_logits == got[1].confidence_logits
 
 
 SPECULATORS_PARSE = """

@@ -99,6 +99,11 @@ def test_a_target_or_draft_that_is_not_there_is_named(tmp_path, capsys):
     assert launch_main(["--target", str(missing), "--draft", str(draft)]) == 2
     err = capsys.readouterr().err
     assert f"error: --target {missing} does not exist" in err and "Traceback" not in err
+    speculators = {"architectures": ["DSparkSpeculator"], "speculators_model_type": "dspark"}
+    (draft / "config.json").write_text(json.dumps(speculators))
+    assert launch_main(["--target", str(tmp_path), "--draft", str(draft)]) == 2
+    err = capsys.readouterr().err
+    assert "vLLM speculators' layout" in err and "--format sglang" in err
     (draft / "config.json").write_text('{"architectures": ["Qwen3DSparkModel"],\n "block_size" 4}')
     assert launch_main(["--target", str(tmp_path), "--draft", str(draft)]) == 2
     err = capsys.readouterr().err

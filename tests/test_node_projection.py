@@ -26,6 +26,9 @@ def test_the_split_maximises_the_slower_side_and_keeps_other_keys(tmp_path):
     # teacher forcing: min(20k, 8(8-k)) is 40 at k=2 and at k=3: the fewer target GPUs
     assert p["teacher_forcing"]["split"] == {"target_gpus": 2, "trainer_gpus": 6}
     assert p["teacher_forcing"]["samples_per_s"] == 40.0
+    # the headline: regeneration, what a run does by default
+    assert (p["mode"], p["samples_per_s"]) == ("regenerate", 12.0)
+    assert p["split"] == p["regenerate"]["split"]
     assert out["node_projection_command"].startswith("python scripts/node_projection.py")
 
 

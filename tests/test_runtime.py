@@ -312,6 +312,47 @@ def test_regeneration_reads_its_requests_lazily_with_the_same_schedule():
         torch.testing.assert_close(got[i].aux, d.aux, rtol=0, atol=0)
 
 
+def test_a_refill_prefills_in_chunks_with_a_step_between_them(monkeypatch):
+    """Four slots refilled from prompts of 3 to 20 tokens with a budget of 16 padded tokens a
+    prefill forward: no forward holds more (a longer prompt goes alone), the first refill of the
+    idle batch takes three forwards with a decode step of the rows already in between, and
+    every answer and stored state is what one forward per refill group gives (budget 0)."""
+    from splitserve.target.runtime.regen import Regenerator, Request
+
+    model = tiny(num_hidden_layers=2)
+    g = torch.Generator().manual_seed(7)
+    shapes = [(3, 4), (12, 2), (5, 6), (4, 3), (9, 5), (20, 2), (6, 3), (3, 4), (7, 2), (4, 5)]
+    requests = [
+        Request(torch.randint(0, 100, (n,), generator=g), b, seed=i, temperature=1.0)
+        for i, (n, b) in enumerate(shapes)
+    ]
+    calls = []  # (budget, steps launched before it, padded tokens, prompts) per prefill forward
+    prefill = Regenerator.prefill
+
+    def recorded(self, slots, prompts):
+        tokens = len(prompts) * max(p.numel() for p in prompts)
+        calls.append((self.prefill_tokens, self.steps, tokens, len(prompts)))
+        return prefill(self, slots, prompts)
+
+    monkeypatch.setattr(Regenerator, "prefill", recorded)
+    runs = {}
+    for budget in (0, 16):
+        monkeypatch.setattr(Regenerator, "prefill_tokens", budget)
+        engine = Regenerator(model, [1], slots=4, max_len=24, eos=(), nucleus=True)
+        runs[budget] = engine.run(requests)
+    whole = [c[1:] for c in calls if c[0] == 0]
+    chunked = [c[1:] for c in calls if c[0] == 16]
+    assert whole[0] == (0, 4 * 12, 4)  # the idle batch's four prompts in one forward
+    assert chunked[:3] == [(0, 3, 1), (1, 12, 1), (2, 10, 2)]  # 3 | 12 | 5, 4, a step apart
+    assert all(tokens <= 16 or n == 1 for _, tokens, n in chunked)
+    assert (20, 1) in [c[1:] for c in chunked]  # the 20-token prompt, alone
+    assert len(chunked) > len(whole)
+    for a, b in zip(runs[0], runs[16], strict=True):
+        assert torch.equal(a.ids, b.ids)
+        torch.testing.assert_close(a.aux, b.aux)
+        torch.testing.assert_close(a.final, b.final)
+
+
 def test_a_compiled_step_writes_the_cache_in_place():
     """Under torch.compile the cache writes stay in place: outputs and caches equal the eager
     step's, and the generated code allocates no buffer that spans the cache's positions (the

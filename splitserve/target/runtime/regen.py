@@ -9,7 +9,12 @@ on the device (sampling.sample_rows: per-row seed, temperature and top_p). A row
 ended (EOS or its budget) is fed its last token once more (so that position's states are
 captured too), handed back once that step is launched, and its slot refilled from the queue:
 free slots are refilled together, once 1/16 of them are free, by one eager prefill forward of
-their prompts (one forward per prompt would cost more than the steps).
+their prompts (one forward per prompt would cost more than the steps). With `prefill_tokens` set,
+a refill is chunked: forwards of at most that many padded tokens (whole prompts; a longer prompt
+alone), a decode step of the live rows between two of them, so long prompts delay decoding one
+chunk at a time. That bounds a step's latency, not the work: on one H100 (SmolLM2, 8,192 samples
+in 1,024 rows) chunks of 16,384 tokens took 300 prefills for 94 and 66,573 new tokens/s against
+79,879 and 83,480 unchunked in the same lease (docs/results/throughput_h200), so it is off.
 
 The host reads each step's tokens once, one step late (`one_ahead`): step j+1 (whose input, step
 j's tokens, is already on the device) is launched before the host waits for step j's, so the
@@ -33,6 +38,8 @@ import torch
 from .graphs import capture, compiled
 from .sampling import sample_rows
 from .static_model import StaticDecoder
+
+PREFILL_TOKENS = 0  # the default chunk of a refill's prefill (Regenerator.prefill_tokens): none
 
 
 @dataclass
@@ -70,6 +77,9 @@ class Regenerator:
     # a 49k vocabulary failed in Inductor, torch 2.11, on an H100). Off: no faster on one H100
     # (31,288 against 33,895 new tokens/s at 256 rows, 2026-12-06; --compile-regen)
     compile_step = False
+    # padded tokens (prompts x the longest) per refill prefill forward; 0: a refill group's
+    # prompts in one forward (benchmarks: --prefill-tokens; see the module's docstring)
+    prefill_tokens = PREFILL_TOKENS
 
     def __init__(
         self,
@@ -230,6 +240,7 @@ class Regenerator:
 
         rows: list[_Row | None] = [None] * self.slots
         ahead = None  # one_ahead: the step launched and not yet read (its index, its tokens)
+        refilling = False  # a refill's next chunk is due (its group started, slots still free)
         while True:
             # hand back the rows whose last token's step is launched (their states are queued
             # before anything a later step or a refill writes)
@@ -246,15 +257,16 @@ class Regenerator:
             fill(max(len(free), self.refill_group))
             if not queue and not any(rows):
                 return
-            # refill in groups (one prefill forward each); the last prompts, or into an idle
-            # batch, at once
+            # refill in groups, one chunk of the group's prompts before each step; the last
+            # prompts, or into an idle batch, at once
             group = min(self.refill_group, len(queue))
-            if queue and (len(free) >= group or len(free) == self.slots):
-                starts = [queue.popleft() for _ in range(min(len(free), len(queue)))]
+            if queue and free and (refilling or len(free) >= group or len(free) == self.slots):
+                starts = self._chunk(queue, len(free))
                 taken = free[: len(starts)]
                 with torch.no_grad():
                     for s, row in zip(taken, self._start(taken, starts), strict=True):
                         rows[s] = row
+                refilling = len(starts) < len(free) and bool(queue)
             with torch.no_grad():
                 launched = (self.steps, self._launch())
             if self.one_ahead:
@@ -266,6 +278,19 @@ class Regenerator:
             for s, row in enumerate(rows):
                 if row is not None and not row.finishing and row.first_step <= index:
                     self._take(row, emitted[s], index)
+
+    def _chunk(self, queue: deque[tuple[int, Request]], n: int) -> list[tuple[int, Request]]:
+        """The next refill chunk, off the queue's front: up to `n` requests whose prompts,
+        padded to the longest, hold at most `prefill_tokens` tokens (at least one request)."""
+        chunk = [queue.popleft()]
+        longest = chunk[0][1].prompt.numel()
+        while queue and len(chunk) < n:
+            wider = max(longest, queue[0][1].prompt.numel())
+            if self.prefill_tokens and (len(chunk) + 1) * wider > self.prefill_tokens:
+                break
+            chunk.append(queue.popleft())
+            longest = wider
+        return chunk
 
     def _start(self, slots: list[int], starts: list[tuple[int, Request]]) -> list[_Row]:
         """Prefill the requests into `slots`, sample each one's first token, arm the rows."""
