@@ -67,3 +67,40 @@ def test_the_compiled_layers_run_in_the_real_trainer_beside_eager(tmp_path):
     argv = [sys.executable, script, "--out", str(tmp_path / "x"), "--compile-layers", "yes"]
     proc = subprocess.run(argv, capture_output=True, text=True)
     assert proc.returncode == 2 and "--compile-layers: off, on or off,on; got 'yes'" in proc.stderr
+
+
+def test_the_flop_count_at_the_qwen3_8b_shape_is_the_arithmetic_written_out():
+    """model_flops on issue 52's shape (a 5-layer DSpark over Qwen3-8B reading 3 target layers,
+    2,048 tokens, 512 anchors of block 7), built on the meta device: exactly the sum written out
+    here from the config's numbers, about 37 TFLOP a sample as the issue estimated."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from draft_models import DraftConfig, FrozenTargetHead, build_draft
+
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import bench_trainer
+
+    spec = bench_trainer.spec_of("qwen3_8b", tiny=False)
+    cfg = DraftConfig(num_layers=5, block_size=7, markov_rank=256, num_target_layer_ids=3)
+    H, V, I, h, kv, d = 4096, 151936, 12288, 32, 8, 128  # noqa: E741 (the config's names)
+    with torch.device("meta"):
+        draft = build_draft(cfg, spec, FrozenTargetHead(torch.empty(V, H), torch.empty(V, H)))
+    C, n, s, L, m, r = 2048, 512, 7, 5, 3, 256
+    anchors = torch.arange(512, 512 + 3 * n, 3)[:n]  # in the answer, the last 3/4
+    batch = SimpleNamespace(
+        ctx_input_ids=torch.zeros(1, C, dtype=torch.long),
+        block_input_ids=torch.zeros(n, s, dtype=torch.long),
+        block_anchor=anchors,
+        label_mask=torch.ones(n, s, dtype=torch.bool),
+    )
+    B = R = n * s  # block positions; every one a supervised row here
+    keys = int((anchors + s).sum()) * s  # keys the block queries see: context to anchor + block
+    fuse = 2 * C * (m * H) * H
+    layer = 2 * (C + B) * H * (kv * d) * 2 + 2 * B * H * (h * d) * 2 + 3 * 2 * B * H * I
+    attn = 4 * keys * h * d
+    head, markov = 2 * R * H * V, 2 * R * r * V
+    expected = 3 * (fuse + L * layer + L * attn + head + markov)
+    assert bench_trainer.model_flops(draft, batch) == expected
+    assert abs(expected / 37e12 - 1) < 0.03  # 37.23 TFLOP
