@@ -4,6 +4,7 @@ beside), a model's weight bytes, and the report's JSON written and printed."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import statistics
 import time
@@ -136,6 +137,13 @@ def kernel_table(replay, device, replays: int = 20) -> dict:
     }
 
 
+def _tokens(text: str) -> int:
+    """A whole number of tokens >= 0; argparse names the flag beside this message otherwise."""
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"a whole number of tokens >= 0, not {text!r}")
+    return int(text)
+
+
 def add_runtime_switches(parser, before_help: str | None = None) -> None:
     """--sdpa (SDPA over the masked cache instead of the Triton decode attention),
     --sdpa-in-compile, --grouped-in-compile, --compile-regen, --sync-regen, --torch-sampler,
@@ -157,9 +165,9 @@ def add_runtime_switches(parser, before_help: str | None = None) -> None:
     parser.add_argument("--unfused-moe", action="store_true", help=unfused)
     chunk = (
         "padded tokens per refill prefill forward (default: the Regenerator's; 0: a refill "
-        "group in one forward)"
+        "group in one forward, as --before sets it)"
     )
-    parser.add_argument("--prefill-tokens", type=int, default=None, help=chunk)
+    parser.add_argument("--prefill-tokens", type=_tokens, default=None, help=chunk)
     if before_help:
         parser.add_argument("--before", action="store_true", help=before_help)
 

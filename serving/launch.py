@@ -43,8 +43,9 @@ def build_command(
         raise ValueError(
             f"{draft} is a draft in vLLM speculators' layout "
             f"(speculators_model_type={config['speculators_model_type']!r}), which SGLang "
-            "0.5.23's DSPARK does not read (nested config; slot k predicts anchor+k): export the "
-            "checkpoint with `python -m serving.export --checkpoint CKPT --out DIR --format sglang`"
+            "0.5.23's DSPARK does not read (nested config; slot k predicts anchor+k): export "
+            "the checkpoint with `python -m serving.export --checkpoint CKPT --out DIR` (sglang, "
+            "the default)"
         )
     if not any(a.endswith("DSparkModel") for a in config.get("architectures", [])):
         raise ValueError(

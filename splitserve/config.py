@@ -24,8 +24,9 @@ PRECISIONS = ("bf16", "amp")  # train.precision: see TrainConfig
 
 @dataclass
 class SplitConfig:
-    """How one node is divided. null process counts on a GPU node: one trainer and a target on
-    every other GPU (or the GPUs the other count leaves); on CPU one process each."""
+    """How one node is divided. null process counts on a GPU node: the target backend's share of
+    the GPUs for targets (`target_share`: static half, hf all but one trainer's) and the rest for
+    trainers (or the GPUs the other count leaves); on CPU one process each."""
 
     target_procs: int | None = None
     trainer_procs: int | None = None

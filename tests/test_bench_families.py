@@ -3,6 +3,7 @@ in one report (the before/after a GPU run records), and the floor beside each.""
 
 import json
 
+import pytest
 from conftest import run_script, script_report
 
 
@@ -19,6 +20,7 @@ def test_modes_of_the_runtime_switches_merge_into_one_report(tmp_path):
         assert row["step_over_floor"] == round(step / row["floor_ms"], 3)
 
 
+@pytest.mark.slow
 def test_the_cpu_identity_tests_land_in_each_familys_row(tmp_path):
     """--identical runs the fp32 comparisons with transformers and writes each family's outcome
     into its row, beside what a timed run measured there."""

@@ -103,7 +103,7 @@ def test_a_target_or_draft_that_is_not_there_is_named(tmp_path, capsys):
     (draft / "config.json").write_text(json.dumps(speculators))
     assert launch_main(["--target", str(tmp_path), "--draft", str(draft)]) == 2
     err = capsys.readouterr().err
-    assert "vLLM speculators' layout" in err and "--format sglang" in err
+    assert "vLLM speculators' layout" in err and "(sglang, the default)" in err
     (draft / "config.json").write_text('{"architectures": ["Qwen3DSparkModel"],\n "block_size" 4}')
     assert launch_main(["--target", str(tmp_path), "--draft", str(draft)]) == 2
     err = capsys.readouterr().err

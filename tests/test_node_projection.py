@@ -74,3 +74,16 @@ def test_rates_from_other_records_are_written_under_their_own_key(tmp_path):
     assert p["regenerate"]["samples_per_s"] == 42.0 and p["regenerate"]["bound_by"] == "target"
     bad = subprocess.run(cmd[:-4] + ["--supply-from", "nowhere.x"], capture_output=True, text=True)
     assert bad.returncode != 0 and "'nowhere.x'" in bad.stderr
+
+
+def test_teacher_forcing_is_the_headline_when_only_it_was_measured(tmp_path):
+    results = tmp_path / "results.json"
+    results.write_text(json.dumps({
+        "trainer": {"qwen3_8b": {"samples_per_s": 8.0}},
+        "regeneration": {"qwen3_8b": {"prefill_samples_per_s": 20.0}},
+    }))  # fmt: skip
+    cmd = [sys.executable, str(ROOT / "scripts/node_projection.py"), "--results", str(results)]
+    subprocess.run(cmd, check=True, capture_output=True)
+    p = json.loads(results.read_text())["node_projection"]["qwen3_8b"]
+    assert "regenerate" not in p and p["mode"] == "teacher_forcing"
+    assert p["samples_per_s"] == 40.0 and p["split"] == {"target_gpus": 2, "trainer_gpus": 6}

@@ -313,42 +313,56 @@ def test_regeneration_reads_its_requests_lazily_with_the_same_schedule():
 
 
 def test_a_refill_prefills_in_chunks_with_a_step_between_them(monkeypatch):
-    """Four slots refilled from prompts of 3 to 20 tokens with a budget of 16 padded tokens a
-    prefill forward: no forward holds more (a longer prompt goes alone), the first refill of the
-    idle batch takes three forwards with a decode step of the rows already in between, and
-    every answer and stored state is what one forward per refill group gives (budget 0)."""
+    """Four slots refilled in groups of four from prompts of 3 to 20 tokens with a budget of 16
+    padded tokens a prefill forward: no forward holds more (a longer prompt goes alone); the
+    first refill takes three forwards with a decode step of the rows already in between, and
+    only its own four requests (the slot its first request frees meanwhile waits for the next
+    group); every answer and stored state is what one forward per group gives (budget 0), with
+    the step read one late or at once."""
     from splitserve.target.runtime.regen import Regenerator, Request
 
     model = tiny(num_hidden_layers=2)
     g = torch.Generator().manual_seed(7)
-    shapes = [(3, 4), (12, 2), (5, 6), (4, 3), (9, 5), (20, 2), (6, 3), (3, 4), (7, 2), (4, 5)]
+    shapes = [(3, 1), (12, 2), (5, 6), (4, 3), (9, 5), (20, 2), (6, 3), (3, 4), (7, 2), (4, 5)]
     requests = [
         Request(torch.randint(0, 100, (n,), generator=g), b, seed=i, temperature=1.0)
         for i, (n, b) in enumerate(shapes)
     ]
-    calls = []  # (budget, steps launched before it, padded tokens, prompts) per prefill forward
+    index = {id(r.prompt): i for i, r in enumerate(requests)}
+    calls, done = [], []  # per prefill forward: (budget, steps before it, tokens, requests, done)
     prefill = Regenerator.prefill
 
     def recorded(self, slots, prompts):
         tokens = len(prompts) * max(p.numel() for p in prompts)
-        calls.append((self.prefill_tokens, self.steps, tokens, len(prompts)))
+        which = [index[id(p)] for p in prompts]
+        calls.append((self.prefill_tokens, self.steps, tokens, which, len(done)))
         return prefill(self, slots, prompts)
 
     monkeypatch.setattr(Regenerator, "prefill", recorded)
     runs = {}
-    for budget in (0, 16):
+    for budget, late in ((0, True), (16, True), (16, False)):
         monkeypatch.setattr(Regenerator, "prefill_tokens", budget)
+        monkeypatch.setattr(Regenerator, "one_ahead", late)
         engine = Regenerator(model, [1], slots=4, max_len=24, eos=(), nucleus=True)
-        runs[budget] = engine.run(requests)
+        engine.refill_group = 4
+        done.clear()
+        out = [None] * len(requests)
+        for i, result in engine.stream(requests):
+            done.append(i)
+            out[i] = result
+        runs[budget, late] = out
     whole = [c[1:] for c in calls if c[0] == 0]
     chunked = [c[1:] for c in calls if c[0] == 16]
-    assert whole[0] == (0, 4 * 12, 4)  # the idle batch's four prompts in one forward
-    assert chunked[:3] == [(0, 3, 1), (1, 12, 1), (2, 10, 2)]  # 3 | 12 | 5, 4, a step apart
-    assert all(tokens <= 16 or n == 1 for _, tokens, n in chunked)
-    assert (20, 1) in [c[1:] for c in chunked]  # the 20-token prompt, alone
-    assert len(chunked) > len(whole)
-    for a, b in zip(runs[0], runs[16], strict=True):
-        assert torch.equal(a.ids, b.ids)
+    assert whole[0][:3] == (0, 4 * 12, [0, 1, 2, 3])  # the idle batch's four in one forward
+    # 3 | 12 | 5, 4: a step apart; request 0 (one new token) ends meanwhile, and its slot
+    # waits: request 4 starts only once the whole first group is done
+    assert [c[:3] for c in chunked[:3]] == [(0, 3, [0]), (1, 12, [1]), (2, 10, [2, 3])]
+    assert next(c for c in chunked if 4 in c[2])[3] == 4
+    assert all(tokens <= 16 or len(which) == 1 for _, tokens, which, _ in chunked)
+    assert (20, [5]) in [c[1:3] for c in chunked]  # the 20-token prompt, alone
+    assert sorted(i for c in chunked for i in c[2]) == sorted(list(range(10)) * 2)  # once a run
+    for a, b, c in zip(runs[0, True], runs[16, True], runs[16, False], strict=True):
+        assert torch.equal(a.ids, b.ids) and torch.equal(b.ids, c.ids)
         torch.testing.assert_close(a.aux, b.aux)
         torch.testing.assert_close(a.final, b.final)
 

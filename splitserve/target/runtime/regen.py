@@ -11,10 +11,12 @@ captured too), handed back once that step is launched, and its slot refilled fro
 free slots are refilled together, once 1/16 of them are free, by one eager prefill forward of
 their prompts (one forward per prompt would cost more than the steps). With `prefill_tokens` set,
 a refill is chunked: forwards of at most that many padded tokens (whole prompts; a longer prompt
-alone), a decode step of the live rows between two of them, so long prompts delay decoding one
-chunk at a time. That bounds a step's latency, not the work: on one H100 (SmolLM2, 8,192 samples
-in 1,024 rows) chunks of 16,384 tokens took 300 prefills for 94 and 66,573 new tokens/s against
-79,879 and 83,480 unchunked in the same lease (docs/results/throughput_h200), so it is off.
+alone) over the slots free when it began, a decode step of the live rows between two of them,
+so that long prompts delay decoding one chunk at a time (the aim; that delay is not timed). It
+adds forwards and host reads: on one H100 (SmolLM2, 8,192 samples in 1,024 rows) chunks of
+16,384 tokens, in a version that also refilled slots freed while chunking (f284ab5), ran 300
+prefill forwards (94 unchunked) at 66,573 new tokens/s against 79,879 and 83,480 unchunked in
+the same lease (docs/results/throughput_h200), so it is off by default.
 
 The host reads each step's tokens once, one step late (`one_ahead`): step j+1 (whose input, step
 j's tokens, is already on the device) is launched before the host waits for step j's, so the
@@ -240,7 +242,7 @@ class Regenerator:
 
         rows: list[_Row | None] = [None] * self.slots
         ahead = None  # one_ahead: the step launched and not yet read (its index, its tokens)
-        refilling = False  # a refill's next chunk is due (its group started, slots still free)
+        pending = 0  # requests the refill under way still takes (its group's free slots)
         while True:
             # hand back the rows whose last token's step is launched (their states are queued
             # before anything a later step or a refill writes)
@@ -260,13 +262,15 @@ class Regenerator:
             # refill in groups, one chunk of the group's prompts before each step; the last
             # prompts, or into an idle batch, at once
             group = min(self.refill_group, len(queue))
-            if queue and free and (refilling or len(free) >= group or len(free) == self.slots):
-                starts = self._chunk(queue, len(free))
+            if queue and free and (pending or len(free) >= group or len(free) == self.slots):
+                if not pending:  # a new refill: as many requests as slots are free now
+                    pending = len(free)
+                starts = self._chunk(queue, min(pending, len(free)))
                 taken = free[: len(starts)]
                 with torch.no_grad():
                     for s, row in zip(taken, self._start(taken, starts), strict=True):
                         rows[s] = row
-                refilling = len(starts) < len(free) and bool(queue)
+                pending = (pending - len(starts)) if queue else 0
             with torch.no_grad():
                 launched = (self.steps, self._launch())
             if self.one_ahead:
