@@ -4,7 +4,6 @@ beside), a model's weight bytes, and the report's JSON written and printed."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import time
@@ -137,18 +136,13 @@ def kernel_table(replay, device, replays: int = 20) -> dict:
     }
 
 
-def _tokens(text: str) -> int:
-    """A whole number of tokens >= 0; argparse names the flag beside this message otherwise."""
-    if not text.isdigit():
-        raise argparse.ArgumentTypeError(f"a whole number of tokens >= 0, not {text!r}")
-    return int(text)
-
-
 def add_runtime_switches(parser, before_help: str | None = None) -> None:
     """--sdpa (SDPA over the masked cache instead of the Triton decode attention),
     --sdpa-in-compile, --grouped-in-compile, --compile-regen, --sync-regen, --torch-sampler,
     --unfused-moe, --prefill-tokens and, with a help text, --before (the static runtime as
     before 2026-12-05)."""
+    from serving import cli
+
     sdpa = "SDPA over the masked cache, not the Triton decode attention"
     parser.add_argument("--sdpa", action="store_true", help=sdpa)
     inside = "SDPA inside torch.compile'd steps, not the decode attention (before 2026-12-06)"
@@ -167,7 +161,7 @@ def add_runtime_switches(parser, before_help: str | None = None) -> None:
         "padded tokens per refill prefill forward (default: the Regenerator's; 0: a refill "
         "group in one forward, as --before sets it)"
     )
-    parser.add_argument("--prefill-tokens", type=_tokens, default=None, help=chunk)
+    parser.add_argument("--prefill-tokens", type=cli.int_at_least(0), default=None, help=chunk)
     if before_help:
         parser.add_argument("--before", action="store_true", help=before_help)
 
@@ -178,8 +172,8 @@ def apply_runtime_switches(args, before: bool = False) -> None:
     SDPA, no compiled kernels, the synchronous regeneration loop, no compiled regeneration
     step, the PyTorch sampler; idle rows resting at position 0, 4546875, stay): a same-machine
     before/after."""
-    from splitserve.target.runtime import regen, sampling
-    from splitserve.target.runtime.regen import Regenerator
+    from splitserve.target.runtime import sampling
+    from splitserve.target.runtime.regen import PREFILL_TOKENS, Regenerator
     from splitserve.target.runtime.static_model import StaticDecoder
 
     StaticDecoder.use_pair_gemv = not before
@@ -190,5 +184,5 @@ def apply_runtime_switches(args, before: bool = False) -> None:
     Regenerator.compile_step = args.compile_regen and not before
     Regenerator.one_ahead = not (args.sync_regen or before)
     sampling.use_kernel = not (args.torch_sampler or before)
-    chunk = regen.PREFILL_TOKENS if args.prefill_tokens is None else args.prefill_tokens
+    chunk = PREFILL_TOKENS if args.prefill_tokens is None else args.prefill_tokens
     Regenerator.prefill_tokens = 0 if before else chunk

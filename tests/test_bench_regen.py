@@ -57,7 +57,10 @@ def test_the_two_regeneration_loops_alternate_in_one_process_with_equal_answers(
         (["--loops", "late,sync", "--backends", "hf"], "add it to --backends"),
         (["--layer-ids", "1,x"], "--layer-ids '1,x': comma-separated layer numbers"),
         (["--layer-ids", "1,30"], "--layer-ids [1, 30]: smollm2 has layers 0..29"),
-        (["--prefill-tokens", "-3"], "--prefill-tokens: a whole number of tokens >= 0, not '-3'"),
+        (
+            ["--prefill-tokens", "-3"],
+            "--prefill-tokens: -3 is out of range: allowed an integer >= 0",
+        ),
     ],
 )
 def test_bad_arguments_are_refused_by_name(tmp_path, bad, said):
