@@ -19,8 +19,10 @@ configured ZeRO stage) takes --steps optimizer steps of --grad-accums micro-batc
 - samples/s, tokens/s (context tokens), MFU against this device's bf16 matmul rate measured in
   the same run (an 8192^3 matmul), peak memory; each step timed alone (its metrics read before
   the next is queued), and `pipelined_*`: steps queued one ahead, as the training loop runs them;
-- one instrumented step's time per phase (pack, forward + loss, backward, optimizer), each
-  between device synchronisations, and their sum against the plain step.
+- one instrumented step's time per phase (pack, forward, loss, backward, optimizer), each
+  between device synchronisations, and their sum against the plain step;
+- `shares`: one profiled step's time split into each phase's device work, attention's (forward
+  and backward) and the host's alone (no kernel running), by splitserve.profiling.step_shares.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ from draft_models import (  # noqa: E402
 )
 from serving import cli  # noqa: E402
 from splitserve.config import TrainConfig  # noqa: E402
+from splitserve.profiling import is_kernel, step_shares  # noqa: E402
 
 # target shapes a draft is trained for (public configs); the draft takes its width from them
 SHAPES = {
@@ -129,10 +132,11 @@ def model_flops(draft, batch) -> float:
 
 
 def phases(trainer, samples, ids, device) -> dict:
-    """One step split at device synchronisations: pack, forward + loss, backward, optimizer;
+    """One step split at device synchronisations: pack, forward, loss (the fused loss computes
+    its gradients in its forward), backward, optimizer;
     `pack_host`: the host's part of pack, before it waits for the device (the pack phase varied
     from 5 to 59 ms between H100 runs of one code, 1.7 ms on CPU: this tells host from device)."""
-    out = {"pack": 0.0, "pack_host": 0.0, "forward_loss": 0.0, "backward": 0.0, "optimizer": 0.0}
+    out = dict.fromkeys(("pack", "pack_host", "forward", "loss", "backward", "optimizer"), 0.0)
     b = trainer.cfg.micro_batch
     for i in range(0, len(samples), b):
         t = time.perf_counter()
@@ -142,9 +146,13 @@ def phases(trainer, samples, ids, device) -> dict:
         sync(device)
         out["pack"] += time.perf_counter() - t
         t = time.perf_counter()
-        res = trainer._loss(batch, total)
+        fwd = trainer._forward(batch)
         sync(device)
-        out["forward_loss"] += time.perf_counter() - t
+        out["forward"] += time.perf_counter() - t
+        t = time.perf_counter()
+        res = trainer._loss_of(fwd, batch, total)
+        sync(device)
+        out["loss"] += time.perf_counter() - t
         t = time.perf_counter()
         trainer.engine.backward(res.loss)
         sync(device)
@@ -173,20 +181,30 @@ def pipelined_step_s(trainer, samples, ids, steps: int, device) -> float:
     return (time.perf_counter() - t0) / steps
 
 
-def heaviest_ops(run, device, top: int = 8) -> list[dict]:
-    """The heaviest operators of one call of `run` (self time on the device; on CPU, the
-    host's), from torch.profiler: where a step's time goes, by kernel and op."""
+def profiled(run, device):
+    """torch.profiler over one call of `run` and its wall time in microseconds."""
     from torch.profiler import ProfilerActivity, profile
 
-    cuda = device.type == "cuda"
-    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    sync(device)
     with profile(activities=acts) as prof:
+        t = time.perf_counter()
         run()
         sync(device)
+        wall_us = (time.perf_counter() - t) * 1e6
+    return prof, wall_us
+
+
+def heaviest_ops(prof, device, top: int = 8) -> list[dict]:
+    """The heaviest kernels of a profile (on CPU, operators by their own time): where a
+    step's time goes."""
+    cuda = device.type == "cuda"
     own = (lambda e: e.self_device_time_total) if cuda else (lambda e: e.self_cpu_time_total)
-    # ranges (the trainer's splitserve.forward_loss, ..., torch's Optimizer.step#FusedAdam.step)
-    # span their kernels: not operators, and their time would count those kernels twice
-    ops = [e for e in prof.key_averages() if not _is_range(e)]
+    # on a GPU the kernels alone: an operator's own device time is its kernels' (listing both
+    # counted them twice); ranges (the trainer's splitserve.*, torch's Optimizer.step#...)
+    # span their operators and would count them twice too
+    keep = is_kernel if cuda else (lambda e: not _is_range(e))
+    ops = [e for e in prof.key_averages() if keep(e)]
     rows = sorted(ops, key=own, reverse=True)
     return [
         {"op": e.key[:80], "calls": e.count, "self_ms": round(own(e) / 1e3, 3)} for e in rows[:top]
@@ -208,7 +226,7 @@ def optimizer_kernels(trainer, samples, ids, accum: int = 1, top: int = 8) -> li
         trainer.engine.backward(res.loss)
         if i < accum - 1:
             trainer.engine.step()  # accumulates only
-    return heaviest_ops(trainer.engine.step, trainer.device, top)
+    return heaviest_ops(profiled(trainer.engine.step, trainer.device)[0], trainer.device, top)
 
 
 def measure(name, seq, block, precision, zero, accum, compiled, args, device, dtype, peak) -> dict:
@@ -252,6 +270,8 @@ def measure(name, seq, block, precision, zero, accum, compiled, args, device, dt
     step_s = timed(lambda: trainer.train_step(samples, ids), args.steps, device)
     ahead_s = pipelined_step_s(trainer, samples, ids, args.steps, device)
     split = phases(trainer, samples, ids, device)
+    # one whole optimizer step profiled: packing, forward, loss, backward, update
+    prof, prof_wall_us = profiled(lambda: trainer.train_step(samples, ids), device)
     out = {
         "shape": name,
         "seq": seq,
@@ -279,13 +299,15 @@ def measure(name, seq, block, precision, zero, accum, compiled, args, device, dt
         "phases_sum_over_step": round(
             sum(v for k, v in split.items() if k != "pack_host") / (1000 * step_s), 3
         ),
+        # shares of the profiled step's time: each phase's device work, attention's, the host's
+        "shares": step_shares(prof.events(), prof_wall_us, device.type == "cuda"),
     }
     if compiled:  # graphs dynamo made for the regions (0: they ran eager)
         out["compiled_graphs"] = counters["stats"]["unique_graphs"]
     if args.profile_optimizer:
         out["optimizer_kernels"] = optimizer_kernels(trainer, samples[:b], ids[:b], accum)
-    if args.profile_step:  # a whole optimizer step: packing, forward, loss, backward, update
-        out["step_ops"] = heaviest_ops(lambda: trainer.train_step(samples, ids), device, top=20)
+    if args.profile_step:
+        out["step_ops"] = heaviest_ops(prof, device, top=20)
     if device.type == "cuda":
         out["peak_gb"] = round(torch.cuda.max_memory_allocated(device) / 1e9, 2)
         out["held_before_gb"] = round(before / 1e9, 2)  # left by earlier shapes (should be ~0)

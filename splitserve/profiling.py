@@ -7,15 +7,18 @@ the wall time per step (the window's, so it includes the loop's work between its
 waits, logging), the device's busy time per step (the sum of kernel times; one stream, so they
 do not overlap), the phases the trainer marks (`splitserve.*` ranges: packing with the loss
 denominator's all-reduce, the draft's forward and loss, backward, the optimizer step) with the
-CPU time and device span of each, the costliest kernels and the operators with the most CPU
-time of their own. Profiled steps run slower than others (the profiler's own cost), so compare
-figures within one profile, not with the step times in metrics.jsonl.
+CPU time and device span of each, the shares of the window's time in each phase's work, in
+attention and on the host alone (`step_shares`), the costliest kernels and the operators with
+the most CPU time of their own. Profiled steps run slower than others (the profiler's own
+cost), so compare figures within one profile, not with the step times in metrics.jsonl.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import time
+from collections import defaultdict
 from pathlib import Path
 
 import torch
@@ -30,10 +33,57 @@ def _device_us(evt) -> float:
     return float(evt.self_device_time_total)
 
 
-def _is_kernel(evt) -> bool:
+def is_kernel(evt) -> bool:
     """A device-side event that is a kernel or a copy (not a range marked by user code)."""
     on_device = getattr(evt, "device_type", DeviceType.CPU) != DeviceType.CPU
     return on_device and not getattr(evt, "is_user_annotation", False)
+
+
+# operators and kernels of attention (flex attention's, SDPA's, flash/cuDNN fused ones)
+_ATTENTION = re.compile(r"flex_attention|scaled_dot_product|flash|fmha|attention", re.I)
+
+
+def _phase_and_attention(evt) -> tuple[str, bool]:
+    """The marked phase an operator ran in (its nearest `splitserve.*` range, without the
+    prefix; `backward` for autograd's own thread, whose operators have no range above them on a
+    GPU; `other` else) and whether it is attention's (its name or an enclosing one's)."""
+    attention = False
+    node = evt
+    while node is not None:
+        attention = attention or bool(_ATTENTION.search(node.name))
+        if node.name.startswith("splitserve."):
+            return node.name.removeprefix("splitserve."), attention
+        if node.name.startswith("autograd::engine::"):
+            return "backward", attention
+        node = node.cpu_parent
+    return "other", attention
+
+
+def step_shares(events, wall_us: float, cuda: bool) -> dict:
+    """Shares of a profiled window's wall time: the work of each marked phase (pack, forward,
+    loss, backward, optimizer_step; on a GPU its kernels' times, on a CPU its operators' own
+    times), attention's work (forward and backward, wherever it ran) and the host's share, the
+    time no work ran (the device waiting on the host: launches, Python, synchronisations; on a
+    CPU the interpreter between operators). `events`: the profile's events (`prof.events()`,
+    not averaged: an operator's enclosing range is read from its parents)."""
+    work: dict[str, float] = defaultdict(float)
+    attention = 0.0
+    for e in events:
+        if getattr(e, "device_type", DeviceType.CPU) != DeviceType.CPU:
+            continue  # a kernel's own event: counted through the operator that launched it
+        if getattr(e, "is_user_annotation", False) or e.name.startswith("splitserve."):
+            continue  # a range: its time is its operators'
+        us = sum(k.duration for k in e.kernels) if cuda else float(e.self_cpu_time_total)
+        if us <= 0:
+            continue
+        phase, is_attention = _phase_and_attention(e)
+        work[phase] += us
+        attention += us if is_attention else 0.0
+    wall = max(float(wall_us), 1e-9)
+    shares = {k: round(v / wall, 4) for k, v in sorted(work.items())}
+    shares["attention"] = round(attention / wall, 4)
+    shares["host"] = round(max(0.0, 1.0 - sum(work.values()) / wall), 4)
+    return shares
 
 
 class StepProfiler:
@@ -90,7 +140,7 @@ class StepProfiler:
             table = f"By self device time:\n{by_device}\n\nBy self CPU time:\n{table}"
         n = max(steps, 1)
         ms = lambda us: round(us / 1e3 / n, 3)  # noqa: E731  microseconds in all -> ms per step
-        kernels = sorted((e for e in events if _is_kernel(e)), key=_device_us, reverse=True)
+        kernels = sorted((e for e in events if is_kernel(e)), key=_device_us, reverse=True)
         phases = {}
         for e in events:  # a range appears twice on a GPU: its CPU span and its device span
             if not e.key.startswith("splitserve."):
@@ -111,6 +161,8 @@ class StepProfiler:
             # each marked phase: the CPU time spent in it (waits for the device included) and,
             # on a GPU, the span of its kernels from the first one's start to the last one's end
             "phases": phases,
+            # shares of the window's wall time: each phase's work, attention's, the host's
+            "shares": step_shares(self.prof.events(), wall * 1e6, self.device.type == "cuda"),
             "top_kernels": [
                 {
                     "name": e.key[:120],
@@ -130,7 +182,7 @@ class StepProfiler:
                     "self_cpu_ms_per_step": ms(e.self_cpu_time_total),
                 }
                 for e in sorted(
-                    (e for e in events if not _is_kernel(e)),
+                    (e for e in events if not is_kernel(e)),
                     key=lambda e: e.self_cpu_time_total,
                     reverse=True,
                 )[:ROWS]

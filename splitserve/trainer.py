@@ -197,8 +197,15 @@ class DraftTrainer:
             dist.all_reduce(total)
         return total[0]
 
-    def _loss(self, batch, weight_total=None):
-        """LossResult of a packed batch; with `weight_total`, normalised over all ranks."""
+    def _forward(self, batch):
+        """The draft's output on a packed batch (under amp, DeepSpeed's autocast)."""
+        from deepspeed.runtime.torch_autocast import autocast_if_enabled
+
+        with autocast_if_enabled(self.engine):
+            return self.engine(batch)
+
+    def _loss_of(self, out, batch, weight_total=None):
+        """LossResult of the draft's output; with `weight_total`, normalised over all ranks."""
         norm = (
             {} if weight_total is None else {"weight_total": weight_total, "scale": self.dp_world}
         )
@@ -206,8 +213,11 @@ class DraftTrainer:
 
         # the loss runs outside the engine's forward: under amp it takes the same autocast
         with autocast_if_enabled(self.engine):
-            out = self.engine(batch)
             return get_arch(self.draft_cfg.arch).loss(self.draft, out, batch, **norm)
+
+    def _loss(self, batch, weight_total=None):
+        """LossResult of a packed batch: the forward, then the loss."""
+        return self._loss_of(self._forward(batch), batch, weight_total)
 
     def _backward_and_step(self, loss: torch.Tensor) -> None:
         """DeepSpeed's backward and step of one micro-batch; at an accumulation boundary, where
@@ -254,8 +264,10 @@ class DraftTrainer:
                 empty += 1
                 self._backward_and_step(self._zero_loss())
                 continue
-            with record_function("splitserve.forward_loss"):
-                res = self._loss(batch, weight_total)
+            with record_function("splitserve.forward"):
+                out = self._forward(batch)
+            with record_function("splitserve.loss"):  # the fused loss's gradients too
+                res = self._loss_of(out, batch, weight_total)
             self._backward_and_step(res.loss)
             res.stage()  # its metrics start towards the host behind this micro-batch's work
             tokens += sum(int(s.input_ids.numel()) for s in samples[i : i + b])

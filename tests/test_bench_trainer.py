@@ -31,6 +31,11 @@ def test_the_trainer_benchmark_reports_each_accumulation_beside_the_other(tmp_pa
         assert row["pipelined_samples_per_s"] > 0 and 0 < row["pipelined_mfu"] < 1
         assert all(v > 0 for v in row["phases_ms"].values())
         assert row["phases_ms"]["pack_host"] <= row["phases_ms"]["pack"]  # its host part
+        shares = row["shares"]  # of one profiled step: each phase's work, attention, the host
+        assert all(shares[k] > 0 for k in ("pack", "forward", "loss", "backward", "attention"))
+        assert shares["optimizer_step"] > 0 and 0 <= shares["host"] < 1
+        assert shares["attention"] < shares["forward"] + shares["backward"]
+        assert sum(v for k, v in shares.items() if k != "attention") == pytest.approx(1, abs=2e-3)
     assert report["best"]["smollm2"]["config"] in report["trainer"]
     ops = [op["op"] for op in two["step_ops"]]  # the whole step: its matmuls, no range names
     assert len(ops) == 20 and "aten::mm" in ops

@@ -3,13 +3,14 @@ leaves early, windows past the run's end or before a resumed run's first step. (
 profiled through the workers: tests/test_training.py's disaggregated test.)"""
 
 import json
+import time
 from types import SimpleNamespace
 
 import pytest
 import torch
 from torch.profiler import record_function
 
-from splitserve.profiling import StepProfiler
+from splitserve.profiling import StepProfiler, step_shares
 from splitserve.workers import _profiler
 
 
@@ -76,3 +77,26 @@ def test_the_memory_record_reads_the_allocator():
     assert after["gpu_reserved_gb_rank0"] >= after["gpu_allocated_gb_rank0"]
     assert after["alloc_retries_rank0"] >= 0
     del x
+
+
+def test_a_window_is_shared_out_by_phase_with_attention_and_the_host_apart():
+    """Each operator's own time goes to its nearest splitserve.* range (autograd's evaluate
+    functions to backward), attention's wherever it ran, the rest of the wall to the host."""
+    q = torch.randn(1, 2, 64, 16, requires_grad=True)
+    w = torch.randn(16, 256)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        t = time.perf_counter()
+        with record_function("splitserve.forward"):
+            y = torch.nn.functional.scaled_dot_product_attention(q, q, q)
+            loss = (y @ w).square().sum()
+        with record_function("splitserve.backward"):
+            loss.backward()
+        time.sleep(0.02)  # the host alone: no operator runs
+        wall_us = (time.perf_counter() - t) * 1e6
+    shares = step_shares(prof.events(), wall_us, cuda=False)
+    assert set(shares) == {"forward", "backward", "attention", "host"}
+    assert shares["forward"] > 0 and shares["backward"] > 0
+    assert 0 < shares["attention"] < shares["forward"] + shares["backward"]
+    assert shares["host"] > 0.5  # the 20 ms sleep against well under 20 ms of operators
+    parts = sum(v for k, v in shares.items() if k != "attention")
+    assert parts == pytest.approx(1.0, abs=1e-3)

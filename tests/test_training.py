@@ -116,13 +116,17 @@ def test_disaggregated_training_equals_single_process(tmp_path, backend):
     assert (prof["steps"], prof["start"]) == (2, 1) and prof["wall_ms_per_step"] > 0
     cpu_ms = {name: p["cpu_ms_per_step"] for name, p in prof["phases"].items()}
     assert set(cpu_ms) == {
-        "splitserve.pack", "splitserve.forward_loss", "splitserve.backward",
+        "splitserve.pack", "splitserve.forward", "splitserve.loss", "splitserve.backward",
         "splitserve.optimizer_step",
     }  # fmt: skip
     assert all(v > 0 for v in cpu_ms.values())
+    shares = prof["shares"]  # each phase's work, attention's and the host's: the window's wall
+    assert {"forward", "loss", "backward", "optimizer_step", "attention", "host"} <= set(shares)
+    assert all(shares[k] > 0 for k in ("forward", "loss", "backward", "optimizer_step"))
+    assert sum(v for k, v in shares.items() if k != "attention") == pytest.approx(1, abs=2e-3)
     assert sum(cpu_ms.values()) <= prof["wall_ms_per_step"] * 1.05
     assert prof["device_busy_ms_per_step"] == 0 and prof["top_kernels"] == []  # CPU: no device
-    assert "splitserve.forward_loss" in (tmp_path / "split/profile/trainer0.txt").read_text()
+    assert "splitserve.loss" in (tmp_path / "split/profile/trainer0.txt").read_text()
     assert not (tmp_path / "colocated/profile").exists()
 
 
