@@ -52,7 +52,7 @@ from draft_models import (  # noqa: E402
 )
 from serving import cli  # noqa: E402
 from splitserve.config import TrainConfig  # noqa: E402
-from splitserve.profiling import is_kernel, step_shares  # noqa: E402
+from splitserve.profiling import is_kernel, is_range, step_shares  # noqa: E402
 
 # target shapes a draft is trained for (public configs); the draft takes its width from them
 SHAPES = {
@@ -203,19 +203,12 @@ def heaviest_ops(prof, device, top: int = 8) -> list[dict]:
     # on a GPU the kernels alone: an operator's own device time is its kernels' (listing both
     # counted them twice); ranges (the trainer's splitserve.*, torch's Optimizer.step#...)
     # span their operators and would count them twice too
-    keep = is_kernel if cuda else (lambda e: not _is_range(e))
+    keep = is_kernel if cuda else (lambda e: not is_range(e))
     ops = [e for e in prof.key_averages() if keep(e)]
     rows = sorted(ops, key=own, reverse=True)
     return [
         {"op": e.key[:80], "calls": e.count, "self_ms": round(own(e) / 1e3, 3)} for e in rows[:top]
     ]
-
-
-def _is_range(event) -> bool:
-    """A record_function range, not an operator (torch flags them as user annotations; the
-    name rules catch the trainer's and the optimizer's wherever a torch leaves the flag off)."""
-    flagged = bool(getattr(event, "is_user_annotation", False))
-    return flagged or event.key.startswith(("splitserve.", "Optimizer."))
 
 
 def optimizer_kernels(trainer, samples, ids, accum: int = 1, top: int = 8) -> list[dict]:

@@ -39,6 +39,13 @@ def is_kernel(evt) -> bool:
     return on_device and not getattr(evt, "is_user_annotation", False)
 
 
+def is_range(evt) -> bool:
+    """A record_function range, not an operator (torch flags them as user annotations; the
+    name rules catch the trainer's and the optimizer's wherever a torch leaves the flag off)."""
+    flagged = bool(getattr(evt, "is_user_annotation", False))
+    return flagged or evt.key.startswith(("splitserve.", "Optimizer."))
+
+
 # operators and kernels of attention (flex attention's, SDPA's, flash/cuDNN fused ones)
 _ATTENTION = re.compile(r"flex_attention|scaled_dot_product|flash|fmha|attention", re.I)
 
@@ -71,7 +78,7 @@ def step_shares(events, wall_us: float, cuda: bool) -> dict:
     for e in events:
         if getattr(e, "device_type", DeviceType.CPU) != DeviceType.CPU:
             continue  # a kernel's own event: counted through the operator that launched it
-        if getattr(e, "is_user_annotation", False) or e.name.startswith("splitserve."):
+        if is_range(e):
             continue  # a range: its time is its operators'
         us = sum(k.duration for k in e.kernels) if cuda else float(e.self_cpu_time_total)
         if us <= 0:
