@@ -91,12 +91,16 @@ def test_a_window_is_shared_out_by_phase_with_attention_and_the_host_apart():
             loss = (y @ w).square().sum()
         with record_function("splitserve.backward"):
             loss.backward()
+        t_sleep = time.perf_counter()
         time.sleep(0.02)  # the host alone: no operator runs
+        slept_us = (time.perf_counter() - t_sleep) * 1e6
         wall_us = (time.perf_counter() - t) * 1e6
     shares = step_shares(prof.events(), wall_us, cuda=False)
     assert set(shares) == {"forward", "backward", "attention", "host"}
     assert shares["forward"] > 0 and shares["backward"] > 0
     assert 0 < shares["attention"] < shares["forward"] + shares["backward"]
-    assert shares["host"] > 0.5  # the 20 ms sleep against well under 20 ms of operators
+    # the sleep is the host's whatever else the window took (a loaded CPU stretches operators'
+    # own times, never the sleep's): its share is the least the host gets
+    assert shares["host"] >= slept_us / wall_us - 1e-3 > 0
     parts = sum(v for k, v in shares.items() if k != "attention")
     assert parts == pytest.approx(1.0, abs=1e-3)
