@@ -7,18 +7,21 @@ checkpoint) as a Markdown table and a PNG.
 Each job directory (Hydra's SWEEP_DIR/N) must hold `.hydra/overrides.yaml` and a complete
 checkpoint; its newest evaluation at the temperature is read from RUN/eval/step-N-t<T>/<bench>.json.
 Columns: the overrides that differ between jobs, the evaluated checkpoint, draft parameter
-count, draft step latency, the simulated tau of training's last evaluation up to that step, tau
-per benchmark, and each job's tau minus the first job's with a 95 % paired-bootstrap interval
-over items (where the reports carry `per_item`). A job without an evaluation is listed with empty
-tau cells and a warning naming the command that evaluates it, never dropped; a sweep with no
-evaluation at all is refused (there is no tau to report). Results copied without their weights
-(no complete checkpoint, but evaluations) are reported too, with the parameter count their
-summary.json recorded (none for runs older than that field).
+count, draft step latency, the median training step (each step's `step_s` in metrics.jsonl, the
+loop iteration with its wait for data; a resumed step counted once), the simulated tau of
+training's last evaluation up to that step, tau per benchmark, and each job's tau minus the first
+job's with a 95 % paired-bootstrap interval over items (where the reports carry `per_item`). A
+job without an evaluation is listed with empty tau cells and a warning naming the command that
+evaluates it, never dropped; a sweep with no evaluation at all is refused (there is no tau to
+report). Results copied without their weights (no complete checkpoint, but evaluations) are
+reported too, with the parameter count their summary.json recorded (none for runs older than
+that field).
 """
 
 from __future__ import annotations
 
 import json
+import statistics
 import sys
 from pathlib import Path
 
@@ -71,10 +74,13 @@ def read_job(job: Path, temperature: float, ignore: tuple[str, ...] = ()) -> dic
         evals = {
             f.stem: read_json(f, "evaluation report") for f in sorted(eval_dirs[-1].glob("*.json"))
         }
-    sim_tau = None
+    sim_tau, step_s = None, {}
     for record in metrics_records(job):
         if record.get("eval_sim_tau") is not None and f"step-{record['step']:08d}" <= step:
             sim_tau = record["eval_sim_tau"]
+        if record.get("step_s") is not None:
+            step_s[record["step"]] = record["step_s"]  # a step redone after a resume: its last
+    latency = [e["draft_step_ms"] for e in evals.values() if e.get("draft_step_ms") is not None]
     return {
         "job": str(job),
         "overrides": overrides,
@@ -82,6 +88,8 @@ def read_job(job: Path, temperature: float, ignore: tuple[str, ...] = ()) -> dic
         "params": _param_count(job, checkpoints),
         "step": step,
         "sim_tau": sim_tau,
+        "draft_step_ms": sum(latency) / len(latency) if latency else None,  # mean over benches
+        "train_step_s": statistics.median(step_s.values()) if step_s else None,
         "evals": evals,
     }
 
@@ -110,6 +118,7 @@ def markdown(
         "checkpoint",
         "draft params",
         "draft step ms",
+        "train step s",
         "sim tau (train eval)",
     ]
     head += [f"tau {b}" for b in benches]
@@ -127,17 +136,13 @@ def markdown(
         "|" + "---|" * len(head),
     ]
     for r in rows:
-        latency = [
-            e.get("draft_step_ms")
-            for e in r["evals"].values()
-            if e.get("draft_step_ms") is not None
-        ]
         cells = [
             "/".join(Path(r["job"]).parts[-2:]),
             varied(r, common),
             r["step"],
             "" if r["params"] is None else f"{r['params']:,}",
-            _fmt(sum(latency) / len(latency) if latency else None),
+            _fmt(r["draft_step_ms"]),
+            _fmt(r["train_step_s"], ".3f"),
             _fmt(r["sim_tau"]),
         ]
         cells += [_fmt(r["evals"][b]["tau"]) if b in r["evals"] else "" for b in benches]
@@ -246,8 +251,8 @@ def build_parser():
 
 def records(rows: list[dict], benches: list[str], temperature: float) -> dict:
     """The table as data (the study's results.json): per job its varied overrides, checkpoint,
-    parameters, simulated tau, tau and acceptance by position per bench, and the difference to
-    the first job with its 95 % interval."""
+    parameters, draft and training step times, simulated tau, tau and acceptance by position per
+    bench, and the difference to the first job with its 95 % interval."""
     common = common_overrides(rows)
     jobs = []
     for r in rows:
@@ -259,6 +264,8 @@ def records(rows: list[dict], benches: list[str], temperature: float) -> dict:
                 "checkpoint": r["step"],
                 "params": r["params"],
                 "sim_tau": r["sim_tau"],
+                "draft_step_ms": r["draft_step_ms"],
+                "train_step_s": r["train_step_s"],
                 "tau": {b: evals[b]["tau"] for b in benches if b in evals},
                 "acceptance_by_position": {
                     b: evals[b].get("acceptance_by_position") for b in benches if b in evals

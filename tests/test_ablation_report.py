@@ -39,8 +39,8 @@ def test_ignored_overrides_leave_the_varied_axis_alone_and_are_named(tmp_path):
     assert "Overrides left out (--ignore-override): `data.sources=`" in text
     assert "data.sources=" not in text.split("Overrides left out")[0]
     # the rest of the table is the same: taus and the paired difference on the same items
-    assert rows["ablate/layers5"][6:8] == plain["ablate/layers5"][6:8] == ["2.31", "1.71"]
-    assert rows["ablate/layers5"][8].startswith("+0.07 (")
+    assert rows["ablate/layers5"][7:9] == plain["ablate/layers5"][7:9] == ["2.31", "1.71"]
+    assert rows["ablate/layers5"][9].startswith("+0.07 (")
 
 
 def test_json_holds_the_table_as_data(tmp_path):
@@ -64,6 +64,25 @@ def test_json_holds_the_table_as_data(tmp_path):
     assert ratio["ratio"] == pytest.approx(abl["macro_tau"] / base["macro_tau"])
     assert ratio["lo95"] < ratio["ratio"] < ratio["hi95"]
     assert "macro_ratio_vs_first" not in base
+    # the draft's step: the mean of its evaluations' medians (gsm8k 0.8968, mtbench 0.8972 ms);
+    # the training step: the median of the four steps these metrics kept
+    assert abl["draft_step_ms"] == pytest.approx(0.897, abs=1e-3)
+    assert abl["train_step_s"] == pytest.approx(0.1061, abs=1e-4)
+
+
+def test_the_training_step_is_the_median_over_steps_a_resumed_one_counted_once(tmp_path):
+    job = tmp_path / "layers5"
+    shutil.copytree(LAYERS5, job)
+    # steps 1-3 of 0.5, 0.7 and 0.4 s; the run stopped after step 2 and redid it in 0.3 s
+    steps = [(1, 0.5), (2, 0.7), (2, 0.3), (3, 0.4)]
+    with (job / "metrics.jsonl").open("w") as f:
+        f.writelines(json.dumps({"step": n, "loss": 1.0, "step_s": s}) + "\n" for n, s in steps)
+    out, data_file = tmp_path / "t", tmp_path / "t.json"
+    assert report_main([str(BASE), str(job), "--out", str(out), "--json", str(data_file)]) == 0
+    base, abl = json.loads(data_file.read_text())["jobs"]
+    assert abl["train_step_s"] == pytest.approx(0.4)  # of 0.5, 0.3, 0.4 (of all four: 0.45)
+    rows = _rows(out.with_suffix(".md").read_text())
+    assert rows[f"{tmp_path.name}/layers5"][5] == "0.400"
 
 
 CHECKPOINT = Path(__file__).resolve().parent / "data" / "checkpoint_f97d512" / "step-00000001"

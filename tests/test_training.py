@@ -367,6 +367,9 @@ def test_hydra_multirun_ablation_and_its_report(tmp_path, capsys):
     # job 2: no tau
     assert len(rows) == 3 and rows[1]["varied overrides"] == "draft.rope=partial"
     assert all(float(r["tau gsm8k"]) >= 1.0 for r in rows[:2]) and rows[2]["tau gsm8k"] == ""
+    # every job trained: its median step time; the evaluated ones: their draft's step
+    assert all(float(r["train step s"]) > 0 for r in rows)
+    assert all(float(r["draft step ms"]) > 0 for r in rows[:2]) and rows[2]["draft step ms"] == ""
     # against the first job: the difference and its paired interval over the one item
     diff = float(rows[1]["tau gsm8k"]) - float(rows[0]["tau gsm8k"])
     first = rows[1]["gsm8k vs first job (95 %)"]
