@@ -6,16 +6,16 @@ checkpoint) as a Markdown table and a PNG.
 
 Each job directory (Hydra's SWEEP_DIR/N) must hold `.hydra/overrides.yaml` and a complete
 checkpoint; its newest evaluation at the temperature is read from RUN/eval/step-N-t<T>/<bench>.json.
-Columns: the overrides that differ between jobs, the evaluated checkpoint, draft parameter
-count, draft step latency, the median training step (each step's `step_s` in metrics.jsonl, the
-loop iteration with its wait for data; a resumed step counted once), the simulated tau of
-training's last evaluation up to that step, tau per benchmark, and each job's tau minus the first
-job's with a 95 % paired-bootstrap interval over items (where the reports carry `per_item`). A
-job without an evaluation is listed with empty tau cells and a warning naming the command that
-evaluates it, never dropped; a sweep with no evaluation at all is refused (there is no tau to
-report). Results copied without their weights (no complete checkpoint, but evaluations) are
-reported too, with the parameter count their summary.json recorded (none for runs older than
-that field).
+Columns: the overrides that differ between jobs, the evaluated checkpoint, draft parameter count,
+draft step latency (the mean over benches of each evaluation's median), the median training step
+(each step's `step_s` in metrics.jsonl, the loop iteration with its wait for data; a resumed step
+counted once), the simulated tau of training's last evaluation up to that step, tau per benchmark,
+and each job's tau minus the first job's with a 95 % paired-bootstrap interval over items (where
+the reports carry `per_item`). A job without an evaluation is listed with empty tau cells and a
+warning naming the command that evaluates it, never dropped; a sweep with no evaluation at all is
+refused (there is no tau to report). Results copied without their weights (no complete checkpoint,
+but evaluations) are reported too, with the parameter count their summary.json recorded (none for
+runs older than that field).
 """
 
 from __future__ import annotations
@@ -51,8 +51,9 @@ def _param_count(job: Path, checkpoints: list[Path]) -> int | None:
 
 def read_job(job: Path, temperature: float, ignore: tuple[str, ...] = ()) -> dict:
     """Overrides (less bookkeeping and those starting with a prefix in `ignore`), parameter
-    count, the last simulated tau of training, and the newest evaluation at `temperature` (of
-    whichever checkpoint was evaluated; none is fine)."""
+    count, the last simulated tau of training, the median training step, and the newest
+    evaluation at `temperature` (of whichever checkpoint was evaluated; none is fine) with its
+    draft step (the mean over benches of each evaluation's median)."""
     overrides_file = job / ".hydra" / "overrides.yaml"
     if not overrides_file.is_file():
         raise FileNotFoundError(

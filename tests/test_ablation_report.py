@@ -114,4 +114,4 @@ def test_a_job_without_evaluation_is_listed_and_named(tmp_path, capsys):
     err = capsys.readouterr().err
     assert f"warning: {job}: no evaluation at T=0" in err
     row = _rows(out.with_suffix(".md").read_text())[f"{tmp_path.name}/layers5"]
-    assert row[6:8] == ["", ""]  # listed, its tau cells empty
+    assert row[4] == "" and row[7:9] == ["", ""]  # listed, its draft step and tau cells empty
