@@ -3,8 +3,10 @@
     python scripts/node_projection.py --results docs/results/throughput_h200/results.json \
         [--gpus 8] [--shapes qwen3_8b] [--trainer-from PATH --supply-from PATH --key NAME]
 
-Reads, per shape, the trainer's samples/s on one GPU (`trainer.<shape>.samples_per_s`, from
-scripts/bench_trainer.py) and the target's samples/s on one GPU (`regeneration.<shape>`, from
+Reads, per shape, the trainer's samples/s on one GPU (`trainer.<shape>`, from
+scripts/bench_trainer.py: `pipelined_samples_per_s`, steps queued one ahead as the training loop
+runs them, where the record has it, else `samples_per_s`; `trainer_rate` says which) and the
+target's samples/s on one GPU (`regeneration.<shape>`, from
 scripts/bench_regen_shapes.py: `samples_per_s` when the target regenerates answers, and
 `prefill_samples_per_s` when it only prefills given answers, teacher forcing), and for each supply
 mode picks the number of target GPUs k that maximises min(k x target rate, (gpus - k) x trainer
@@ -29,6 +31,9 @@ sys.path.insert(0, str(ROOT))
 from serving import cli  # noqa: E402
 
 MODES = {"regenerate": "samples_per_s", "teacher_forcing": "prefill_samples_per_s"}
+# the trainer's rate: steps queued one ahead as the training loop runs them (bench_trainer's
+# pipelined row) where measured, else one step at a time
+TRAINER_KEYS = ("pipelined_samples_per_s", "samples_per_s")
 ASSUMES = (
     "each GPU one role; per-GPU rates from one-GPU runs; no loss to transport, stalls or "
     "imbalance; a sample is what each rate was measured on (see the rates' settings)"
@@ -44,6 +49,12 @@ def best_split(gpus: int, target: float, trainer: float) -> dict:
         "split": {"target_gpus": k, "trainer_gpus": gpus - k},
         "bound_by": "target" if k * target < (gpus - k) * trainer else "trainer",
     }
+
+
+def trainer_rate(rec: dict) -> tuple[float | None, str]:
+    """The trainer's samples/s in a record and the key it was read from (TRAINER_KEYS' order)."""
+    key = next((k for k in TRAINER_KEYS if rec.get(k)), TRAINER_KEYS[-1])
+    return rec.get(key), key
 
 
 def record(results: dict, path: str) -> dict:
@@ -66,12 +77,11 @@ def project(
     out = {}
     for shape in shapes:
         if trainer_from:
-            trainer = record(results, trainer_from).get("samples_per_s")
+            trainer, key = trainer_rate(record(results, trainer_from))
         else:  # a results file's headline, or bench_trainer's own report's best config
-            headline = results.get("trainer", {}).get(shape, {})
-            trainer = headline.get("samples_per_s") or results.get("best", {}).get(shape, {}).get(
-                "samples_per_s"
-            )
+            trainer, key = trainer_rate(results.get("trainer", {}).get(shape, {}))
+            if trainer is None:
+                trainer, key = trainer_rate(results.get("best", {}).get(shape, {}))
         supply = (
             record(results, supply_from)
             if supply_from
@@ -80,7 +90,8 @@ def project(
         if trainer is None:
             where = trainer_from or f"trainer.{shape}"
             raise SystemExit(f"no {where}.samples_per_s in the results")
-        row = {"trainer_samples_per_s_per_gpu": trainer, "gpus": gpus, "assumes": ASSUMES}
+        row = {"trainer_samples_per_s_per_gpu": trainer, "trainer_rate": key, "gpus": gpus}
+        row["assumes"] = ASSUMES
         if trainer_from or supply_from:
             row["rates_from"] = {"trainer": trainer_from or "trainer", "supply": supply_from}
         for mode, key in MODES.items():

@@ -87,3 +87,23 @@ def test_teacher_forcing_is_the_headline_when_only_it_was_measured(tmp_path):
     p = json.loads(results.read_text())["node_projection"]["qwen3_8b"]
     assert "regenerate" not in p and p["mode"] == "teacher_forcing"
     assert p["samples_per_s"] == 40.0 and p["split"] == {"target_gpus": 2, "trainer_gpus": 6}
+
+
+def test_the_trainer_rate_is_the_pipelined_one_where_measured(tmp_path):
+    """The training loop queues a step ahead: bench_trainer's pipelined rate is the loop's."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from node_projection import project
+
+    rates = {"regeneration": {"qwen3_8b": {"prefill_samples_per_s": 17.0}}}
+    sync_only = {"trainer": {"qwen3_8b": {"samples_per_s": 9.5}}, **rates}
+    both = {"trainer": {"qwen3_8b": {"samples_per_s": 9.5, "pipelined_samples_per_s": 10.5}}}
+    p = project({**both, **rates}, 8, ["qwen3_8b"])["qwen3_8b"]
+    # min(17k, 10.5(8-k)): k=3 gives min(51, 52.5) = 51
+    assert (p["trainer_samples_per_s_per_gpu"], p["trainer_rate"]) == (
+        10.5,
+        "pipelined_samples_per_s",
+    )
+    assert p["samples_per_s"] == 51.0 and p["split"] == {"target_gpus": 3, "trainer_gpus": 5}
+    p = project(sync_only, 8, ["qwen3_8b"])["qwen3_8b"]
+    assert (p["trainer_samples_per_s_per_gpu"], p["trainer_rate"]) == (9.5, "samples_per_s")
+    assert p["samples_per_s"] == 47.5  # k=3: min(51, 47.5)
