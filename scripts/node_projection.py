@@ -77,11 +77,11 @@ def project(
     out = {}
     for shape in shapes:
         if trainer_from:
-            trainer, key = trainer_rate(record(results, trainer_from))
+            trainer, rate_key = trainer_rate(record(results, trainer_from))
         else:  # a results file's headline, or bench_trainer's own report's best config
-            trainer, key = trainer_rate(results.get("trainer", {}).get(shape, {}))
+            trainer, rate_key = trainer_rate(results.get("trainer", {}).get(shape, {}))
             if trainer is None:
-                trainer, key = trainer_rate(results.get("best", {}).get(shape, {}))
+                trainer, rate_key = trainer_rate(results.get("best", {}).get(shape, {}))
         supply = (
             record(results, supply_from)
             if supply_from
@@ -89,9 +89,13 @@ def project(
         )
         if trainer is None:
             where = trainer_from or f"trainer.{shape}"
-            raise SystemExit(f"no {where}.samples_per_s in the results")
-        row = {"trainer_samples_per_s_per_gpu": trainer, "trainer_rate": key, "gpus": gpus}
-        row["assumes"] = ASSUMES
+            raise SystemExit(f"no {where}.{' or .'.join(TRAINER_KEYS)} in the results")
+        row = {
+            "trainer_samples_per_s_per_gpu": trainer,
+            "trainer_rate": rate_key,
+            "gpus": gpus,
+            "assumes": ASSUMES,
+        }
         if trainer_from or supply_from:
             row["rates_from"] = {"trainer": trainer_from or "trainer", "supply": supply_from}
         for mode, key in MODES.items():
@@ -124,7 +128,10 @@ def main(argv: list[str] | None = None) -> int:
     shapes = args.shapes.split(",")
     if (args.trainer_from or args.supply_from) and len(shapes) != 1:
         ap.error("--trainer-from / --supply-from name one shape's records: pass one --shapes")
-    results = json.loads(args.results.read_text())
+    try:
+        results = json.loads(args.results.read_text())
+    except (OSError, ValueError) as e:
+        ap.error(f"--results {args.results}: not a readable JSON results file ({e})")
     projection = project(results, args.gpus, shapes, args.trainer_from, args.supply_from)
     results[args.key] = projection
     results[f"{args.key}_command"] = cli.command_line(ap, argv)

@@ -107,3 +107,12 @@ def test_the_trainer_rate_is_the_pipelined_one_where_measured(tmp_path):
     p = project(sync_only, 8, ["qwen3_8b"])["qwen3_8b"]
     assert (p["trainer_samples_per_s_per_gpu"], p["trainer_rate"]) == (9.5, "samples_per_s")
     assert p["samples_per_s"] == 47.5  # k=3: min(51, 47.5)
+
+
+def test_a_results_file_that_is_not_json_is_named(tmp_path):
+    results = tmp_path / "results.json"
+    results.write_text("{not json")
+    cmd = [sys.executable, str(ROOT / "scripts/node_projection.py"), "--results", str(results)]
+    run = subprocess.run(cmd, capture_output=True, text=True)
+    assert run.returncode != 0 and f"--results {results}: not a readable JSON" in run.stderr
+    assert results.read_text() == "{not json"  # left as it was
