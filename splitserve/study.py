@@ -47,6 +47,10 @@ OWNED = (
 )  # fmt: skip
 
 
+# A job's overrides that do not shape its draft: a study resumes past runs made with other ones.
+INCIDENTAL = ("data.sources=", "train.checkpoint_every=")
+
+
 @dataclass
 class EvaluateSpec:
     """How `serving.evaluate` decodes every job (tau and acceptance are batch 1's at any batch)."""
@@ -71,6 +75,9 @@ class StudyConfig:
     results_dir: str = ""
     samples: int = 110000  # training samples per job (train.steps = samples / micro_batch)
     micro_batch: int = 16
+    # checkpoints along each job (the last at its end): a call cut short resumes from the newest,
+    # so more lose less work, at one save each; they do not change the draft (evaluations stay 4)
+    checkpoints: int = 4
     eval_prompts: int = 64  # prompts held out of training per source
     regen_margin: float = 1.12  # regenerate this much more: long prompts are left out (~8 %)
     regen_part: int = 10000  # samples per regenerated part (a rerun redoes at most one part)
@@ -97,7 +104,7 @@ class StudyConfig:
                         "samples / micro_batch steps of one trainer on its regenerated file); "
                         "set study samples / micro_batch instead"
                     )
-        for key in ("samples", "micro_batch", "regen_part"):
+        for key in ("samples", "micro_batch", "regen_part", "checkpoints"):
             if getattr(self, key) < 1:
                 raise ValueError(f"study {key}={getattr(self, key)} must be >= 1")
         if self.samples < self.micro_batch:
@@ -220,11 +227,12 @@ class Study:
         """Refuse a job whose run directory was made with other overrides: studies that share a
         work dir (and its baseline `dspark`) must mean one draft by one job name. The data
         source's override names the file by its absolute path, which moves with the checkout:
-        it is left out (check_regen vouches for the file)."""
+        it is left out (check_regen vouches for the file), and so is how often the run saves a
+        checkpoint (study `checkpoints`), which may change between calls of one study."""
         import yaml
 
         def meant(overrides: list[str]) -> list[str]:
-            return [o for o in overrides if not o.startswith("data.sources=")]
+            return [o for o in overrides if not o.startswith(INCIDENTAL)]
 
         for job in self.cfg.jobs:
             saved = self.run_dir(job) / ".hydra" / "overrides.yaml"
@@ -246,7 +254,8 @@ class Study:
     def train_overrides(self, job: str) -> list[str]:
         """The run's overrides: the study's data and budget, then the experiment's common ones,
         then the job's own (last wins)."""
-        steps, every = self.steps, -(-self.steps // 4)  # four checkpoints: the budget curve
+        steps, every = self.steps, -(-self.steps // 4)  # four evaluations: the budget curve
+        saves = -(-steps // self.cfg.checkpoints)
         return [
             f"+recipe={self.cfg.recipe}",
             "target.regenerate=false",
@@ -257,7 +266,7 @@ class Study:
             "split.trainer_procs=1",  # a step is micro_batch samples: the budget holds
             f"train.steps={steps}",
             f"train.warmup_steps={max(1, steps * 4 // 100)}",
-            f"train.checkpoint_every={every}",
+            f"train.checkpoint_every={saves}",
             f"train.eval_every={every}",
             "train.keep_checkpoints=4",
             *self.cfg.common,

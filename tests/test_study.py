@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from hydra import compose, initialize_config_dir
 
 from draft_models.config_io import load_dataclass
@@ -160,6 +161,26 @@ def test_the_plan_covers_every_sample_and_reads_its_state_from_the_files(tmp_pat
     ]
     assert "train.steps=10" in train and f"path:{study.regen_file}" in " ".join(train)
     assert "split.trainer_procs=1" in train  # a step is micro_batch samples: the budget holds
+
+
+def test_checkpoints_along_a_job_do_not_make_it_another_draft(tmp_path):
+    """More checkpoints lose less of a call cut short; the evaluations stay four, and a job's run
+    made with another checkpoint frequency is resumed, not refused (any other override is)."""
+    study = Study(_tiny(tmp_path, checkpoints=3))
+    train = study.train_overrides("b")
+    assert "train.checkpoint_every=4" in train and "train.eval_every=3" in train
+    assert "train.checkpoint_every=3" in Study(_tiny(tmp_path)).train_overrides("b")
+
+    saved = study.run_dir("b") / ".hydra" / "overrides.yaml"
+    saved.parent.mkdir(parents=True)
+    made = [o.replace("every=4", "every=1") for o in train]
+    saved.write_text(yaml.safe_dump(made))
+    study.check_jobs()
+    saved.write_text(yaml.safe_dump([o.replace("num_layers=1", "num_layers=2") for o in made]))
+    with pytest.raises(ValueError, match=r"job 'b'.*differing: \['draft.num_layers=1', 'dra"):
+        study.check_jobs()
+    with pytest.raises(ValueError, match="checkpoints=0 must be >= 1"):
+        _tiny(tmp_path, checkpoints=0)
 
 
 def _regenerated(study: Study) -> None:
