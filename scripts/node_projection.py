@@ -2,6 +2,7 @@
 
     python scripts/node_projection.py --results docs/results/throughput_h200/results.json \
         [--gpus 8] [--shapes qwen3_8b] [--trainer-from PATH --supply-from PATH --key NAME]
+        [--goal 50.1]
 
 Reads, per shape, the trainer's samples/s on one GPU (`trainer.<shape>`, from
 scripts/bench_trainer.py: `pipelined_samples_per_s`, steps queued one ahead as the training loop
@@ -17,11 +18,15 @@ that was measured (`mode` says which). Writes `node_projection` into the
 same file (other keys kept) and prints it. `--trainer-from` / `--supply-from` read one shape's
 rates from other records of the file instead (dotted paths such as
 `run7.configs.qwen3_8b_s2048_b7_amp_z0_a2_c`, `regeneration_qwen3_8b_h100`), written under `--key`.
+`--goal R` (samples/s, e.g. SpecForge's 50.1) adds, per mode, what would reach R: the trainer rate
+a GPU needs beside the fewest target GPUs that supply R, and the target rate a GPU needs beside
+the fewest trainer GPUs that train R (rounded up to 0.01; absent where no split of the node can).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -51,6 +56,34 @@ def best_split(gpus: int, target: float, trainer: float) -> dict:
     }
 
 
+def _up(x: float) -> float:
+    """x rounded up to 0.01 (a rate that must be reached; float noise below 1e-6 ignored)."""
+    return math.ceil(x * 100 - 1e-6) / 100
+
+
+def to_reach(gpus: int, target: float, trainer: float, goal: float) -> dict:
+    """What reaches `goal` samples/s: with these targets, the fewest target GPUs that supply it
+    and the trainer rate a GPU then needs; with this trainer, the fewest trainer GPUs that train
+    it and the target rate a GPU then needs. A side no split of `gpus` can give is left out."""
+    out: dict = {
+        "samples_per_s": goal,
+        "met": max(min(k * target, (gpus - k) * trainer) for k in range(1, gpus)) >= goal,
+    }
+    k = math.ceil(goal / target - 1e-9)  # target GPUs that supply the goal
+    if k < gpus:
+        out["with_these_targets"] = {
+            "split": {"target_gpus": k, "trainer_gpus": gpus - k},
+            "trainer_samples_per_s_per_gpu": _up(goal / (gpus - k)),
+        }
+    j = math.ceil(goal / trainer - 1e-9) if trainer > 0 else gpus  # trainer GPUs that train it
+    if j < gpus:
+        out["with_this_trainer"] = {
+            "split": {"target_gpus": gpus - j, "trainer_gpus": j},
+            "target_samples_per_s_per_gpu": _up(goal / (gpus - j)),
+        }
+    return out
+
+
 def trainer_rate(rec: dict) -> tuple[float | None, str]:
     """The trainer's samples/s in a record and the key it was read from (TRAINER_KEYS' order)."""
     key = next((k for k in TRAINER_KEYS if rec.get(k)), TRAINER_KEYS[-1])
@@ -73,6 +106,7 @@ def project(
     shapes: list[str],
     trainer_from: str | None = None,
     supply_from: str | None = None,
+    goal: float | None = None,
 ) -> dict:
     out = {}
     for shape in shapes:
@@ -102,6 +136,8 @@ def project(
             if supply.get(key):
                 row[mode] = {"target_samples_per_s_per_gpu": supply[key]}
                 row[mode].update(best_split(gpus, supply[key], trainer))
+                if goal:
+                    row[mode]["to_reach"] = to_reach(gpus, supply[key], trainer, goal)
         if not any(mode in row for mode in MODES):
             where = supply_from or f"regeneration.{shape}"
             raise SystemExit(f"no {where} rates ({', '.join(MODES.values())})")
@@ -122,9 +158,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--supply-from", help="dotted path of a record with the target's rates")
     ap.add_argument("--key", default="node_projection", help="where the projection is written")
+    ap.add_argument("--goal", type=float, help="samples/s to reach: the rates a GPU would need")
     args = ap.parse_args(argv)
     if args.gpus < 2:
         ap.error("--gpus must be >= 2 (one target and one trainer at least)")
+    if args.goal is not None and not args.goal > 0:
+        ap.error(f"--goal {args.goal}: a node rate to reach must be > 0 samples/s")
     shapes = args.shapes.split(",")
     if (args.trainer_from or args.supply_from) and len(shapes) != 1:
         ap.error("--trainer-from / --supply-from name one shape's records: pass one --shapes")
@@ -132,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
         results = json.loads(args.results.read_text())
     except (OSError, ValueError) as e:
         ap.error(f"--results {args.results}: not a readable JSON results file ({e})")
-    projection = project(results, args.gpus, shapes, args.trainer_from, args.supply_from)
+    projection = project(results, args.gpus, shapes, args.trainer_from, args.supply_from, args.goal)
     results[args.key] = projection
     results[f"{args.key}_command"] = cli.command_line(ap, argv)
     args.results.write_text(json.dumps(results, indent=1) + "\n")

@@ -116,3 +116,37 @@ def test_a_results_file_that_is_not_json_is_named(tmp_path):
     run = subprocess.run(cmd, capture_output=True, text=True)
     assert run.returncode != 0 and f"--results {results}: not a readable JSON" in run.stderr
     assert results.read_text() == "{not json"  # left as it was
+
+
+def test_the_goal_gives_the_rate_each_side_would_need(tmp_path):
+    """--goal 50.1 on hand-checked rates: teacher forcing at 17.08 a target GPU supplies 50.1 with
+    3 of 8 (2 give 34.16), so 5 trainers need 50.1 / 5 = 10.02 each; a trainer at 9.5 trains it
+    with 6 (5 give 47.5), so 2 targets need 25.05 each. Regenerating at 5.0 needs 11 target GPUs
+    (more than the node has): that side is left out."""
+    results = tmp_path / "results.json"
+    results.write_text(json.dumps({
+        "trainer": {"qwen3_8b": {"samples_per_s": 9.5}},
+        "regeneration": {"qwen3_8b": {"samples_per_s": 5.0, "prefill_samples_per_s": 17.08}},
+    }))  # fmt: skip
+    cmd = [sys.executable, str(ROOT / "scripts/node_projection.py"), "--results", str(results)]
+    subprocess.run([*cmd, "--goal", "50.1"], check=True, capture_output=True)
+    p = json.loads(results.read_text())["node_projection"]["qwen3_8b"]
+    tf = p["teacher_forcing"]["to_reach"]
+    assert tf["samples_per_s"] == 50.1 and tf["met"] is False  # 3 + 5 give 47.5
+    assert tf["with_these_targets"] == {
+        "split": {"target_gpus": 3, "trainer_gpus": 5},
+        "trainer_samples_per_s_per_gpu": 10.02,
+    }
+    assert tf["with_this_trainer"] == {
+        "split": {"target_gpus": 2, "trainer_gpus": 6},
+        "target_samples_per_s_per_gpu": 25.05,
+    }
+    regen = p["regenerate"]["to_reach"]
+    assert "with_these_targets" not in regen and regen["met"] is False
+    assert regen["with_this_trainer"]["target_samples_per_s_per_gpu"] == 25.05
+    # a goal the rates already reach, and one that is not a rate
+    subprocess.run([*cmd, "--goal", "40"], check=True, capture_output=True)
+    p = json.loads(results.read_text())["node_projection"]["qwen3_8b"]
+    assert p["teacher_forcing"]["to_reach"]["met"] is True  # 47.5 >= 40
+    run = subprocess.run([*cmd, "--goal", "0"], capture_output=True, text=True)
+    assert run.returncode == 2 and "--goal 0.0: a node rate to reach must be > 0" in run.stderr
