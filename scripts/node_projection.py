@@ -45,10 +45,15 @@ ASSUMES = (
 )
 
 
+def _best(gpus: int, target: float, trainer: float) -> tuple[float, int]:
+    """(node rate, target GPUs) of the split with the highest rate (ties: fewer target GPUs)."""
+    rate, k = max((min(k * target, (gpus - k) * trainer), -k) for k in range(1, gpus))
+    return rate, -k
+
+
 def best_split(gpus: int, target: float, trainer: float) -> dict:
     """The target-GPU count with the highest node rate (ties: fewer target GPUs)."""
-    rate, k = max((min(k * target, (gpus - k) * trainer), -k) for k in range(1, gpus))
-    k = -k
+    rate, k = _best(gpus, target, trainer)
     return {
         "samples_per_s": round(rate, 2),
         "split": {"target_gpus": k, "trainer_gpus": gpus - k},
@@ -61,21 +66,23 @@ def _up(x: float) -> float:
     return math.ceil(x * 100 - 1e-6) / 100
 
 
+def _fewest(goal: float, rate: float, gpus: int) -> int:
+    """GPUs at `rate` samples/s each that together give `goal` (`gpus` when none can)."""
+    return math.ceil(goal / rate - 1e-9) if rate > 0 else gpus
+
+
 def to_reach(gpus: int, target: float, trainer: float, goal: float) -> dict:
     """What reaches `goal` samples/s: with these targets, the fewest target GPUs that supply it
     and the trainer rate a GPU then needs; with this trainer, the fewest trainer GPUs that train
     it and the target rate a GPU then needs. A side no split of `gpus` can give is left out."""
-    out: dict = {
-        "samples_per_s": goal,
-        "met": max(min(k * target, (gpus - k) * trainer) for k in range(1, gpus)) >= goal,
-    }
-    k = math.ceil(goal / target - 1e-9)  # target GPUs that supply the goal
+    out: dict = {"samples_per_s": goal, "met": _best(gpus, target, trainer)[0] >= goal}
+    k = _fewest(goal, target, gpus)  # target GPUs that supply the goal
     if k < gpus:
         out["with_these_targets"] = {
             "split": {"target_gpus": k, "trainer_gpus": gpus - k},
             "trainer_samples_per_s_per_gpu": _up(goal / (gpus - k)),
         }
-    j = math.ceil(goal / trainer - 1e-9) if trainer > 0 else gpus  # trainer GPUs that train it
+    j = _fewest(goal, trainer, gpus)  # trainer GPUs that train it
     if j < gpus:
         out["with_this_trainer"] = {
             "split": {"target_gpus": gpus - j, "trainer_gpus": j},
