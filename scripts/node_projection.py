@@ -2,7 +2,7 @@
 
     python scripts/node_projection.py --results docs/results/throughput_h200/results.json \
         [--gpus 8] [--shapes qwen3_8b] [--trainer-from PATH --supply-from PATH --key NAME]
-        [--goal 50.1]
+        [--goal 50.1] [--assume TEXT]
 
 Reads, per shape, the trainer's samples/s on one GPU (`trainer.<shape>`, from
 scripts/bench_trainer.py: `pipelined_samples_per_s`, steps queued one ahead as the training loop
@@ -21,6 +21,8 @@ rates from other records of the file instead (dotted paths such as
 `--goal R` (samples/s, e.g. SpecForge's 50.1) adds, per mode, what would reach R: the trainer rate
 a GPU needs beside the fewest target GPUs that supply R, and the target rate a GPU needs beside
 the fewest trainer GPUs that train R (rounded up to 0.01; absent where no split of the node can).
+`--assume TEXT` adds an assumption of these rates to each row's `assumes` (such as rates from two
+kinds of GPU), so that rerunning the recorded command keeps it.
 """
 
 from __future__ import annotations
@@ -114,6 +116,7 @@ def project(
     trainer_from: str | None = None,
     supply_from: str | None = None,
     goal: float | None = None,
+    assume: str | None = None,
 ) -> dict:
     out = {}
     for shape in shapes:
@@ -135,7 +138,7 @@ def project(
             "trainer_samples_per_s_per_gpu": trainer,
             "trainer_rate": rate_key,
             "gpus": gpus,
-            "assumes": ASSUMES,
+            "assumes": ASSUMES if not assume else f"{ASSUMES}; {assume}",
         }
         if trainer_from or supply_from:
             row["rates_from"] = {"trainer": trainer_from or "trainer", "supply": supply_from}
@@ -166,6 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--supply-from", help="dotted path of a record with the target's rates")
     ap.add_argument("--key", default="node_projection", help="where the projection is written")
     ap.add_argument("--goal", type=float, help="samples/s to reach: the rates a GPU would need")
+    ap.add_argument("--assume", help="an assumption of these rates, added to each row's assumes")
     args = ap.parse_args(argv)
     if args.gpus < 2:
         ap.error("--gpus must be >= 2 (one target and one trainer at least)")
@@ -178,7 +182,11 @@ def main(argv: list[str] | None = None) -> int:
         results = json.loads(args.results.read_text())
     except (OSError, ValueError) as e:
         ap.error(f"--results {args.results}: not a readable JSON results file ({e})")
-    projection = project(results, args.gpus, shapes, args.trainer_from, args.supply_from, args.goal)
+    if args.assume is not None and not args.assume.strip():
+        ap.error("--assume: an empty assumption says nothing; leave it out")
+    projection = project(
+        results, args.gpus, shapes, args.trainer_from, args.supply_from, args.goal, args.assume
+    )
     results[args.key] = projection
     results[f"{args.key}_command"] = cli.command_line(ap, argv)
     args.results.write_text(json.dumps(results, indent=1) + "\n")

@@ -74,6 +74,14 @@ def test_rates_from_other_records_are_written_under_their_own_key(tmp_path):
     assert p["regenerate"]["samples_per_s"] == 42.0 and p["regenerate"]["bound_by"] == "target"
     bad = subprocess.run(cmd[:-4] + ["--supply-from", "nowhere.x"], capture_output=True, text=True)
     assert bad.returncode != 0 and "'nowhere.x'" in bad.stderr
+    # an assumption of these rates rides in each row and in the command that rewrites it
+    subprocess.run(cmd + ["--assume", "two kinds of GPU"], check=True, capture_output=True)
+    out = json.loads(results.read_text())
+    assert out["np_h100"]["qwen3_8b"]["assumes"].endswith("; two kinds of GPU")
+    assert "--assume 'two kinds of GPU'" in out["np_h100_command"]
+    empty = subprocess.run(cmd + ["--assume", " "], capture_output=True, text=True)
+    assert empty.returncode != 0 and "--assume" in empty.stderr
+    assert json.loads(results.read_text()) == out  # nothing written by the refused call
 
 
 def test_teacher_forcing_is_the_headline_when_only_it_was_measured(tmp_path):
