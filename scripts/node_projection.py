@@ -175,6 +175,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--gpus must be >= 2 (one target and one trainer at least)")
     if args.goal is not None and not args.goal > 0:
         ap.error(f"--goal {args.goal}: a node rate to reach must be > 0 samples/s")
+    if args.assume is not None and not args.assume.strip():
+        ap.error("--assume: an empty assumption says nothing; leave it out")
     shapes = args.shapes.split(",")
     if (args.trainer_from or args.supply_from) and len(shapes) != 1:
         ap.error("--trainer-from / --supply-from name one shape's records: pass one --shapes")
@@ -182,8 +184,6 @@ def main(argv: list[str] | None = None) -> int:
         results = json.loads(args.results.read_text())
     except (OSError, ValueError) as e:
         ap.error(f"--results {args.results}: not a readable JSON results file ({e})")
-    if args.assume is not None and not args.assume.strip():
-        ap.error("--assume: an empty assumption says nothing; leave it out")
     projection = project(
         results, args.gpus, shapes, args.trainer_from, args.supply_from, args.goal, args.assume
     )
