@@ -139,8 +139,8 @@ def kernel_table(replay, device, replays: int = 20) -> dict:
 def add_runtime_switches(parser, before_help: str | None = None) -> None:
     """--sdpa (SDPA over the masked cache instead of the Triton decode attention),
     --sdpa-in-compile, --grouped-in-compile, --compile-regen, --sync-regen, --torch-sampler,
-    --unfused-moe, --prefill-tokens and, with a help text, --before (the static runtime as
-    before 2026-12-05)."""
+    --unfused-moe, --unfused-router, --prefill-tokens and, with a help text, --before (the
+    static runtime as before 2026-12-05)."""
     from serving import cli
 
     sdpa = "SDPA over the masked cache, not the Triton decode attention"
@@ -157,6 +157,8 @@ def add_runtime_switches(parser, before_help: str | None = None) -> None:
     parser.add_argument("--torch-sampler", action="store_true", help=sampler)
     unfused = "MoE routing and SiLU as separate kernels beside the pair GEMV (before 2026-12-06)"
     parser.add_argument("--unfused-moe", action="store_true", help=unfused)
+    router = "the MoE's add, norm, router and routing as 4 kernels, not 1 (before 2026-12-07)"
+    parser.add_argument("--unfused-router", action="store_true", help=router)
     chunk = (
         "padded tokens per refill prefill forward (default: the Regenerator's; 0: a refill "
         "group in one forward, as --before sets it)"
@@ -181,6 +183,7 @@ def apply_runtime_switches(args, before: bool = False) -> None:
     StaticDecoder.kernels_in_compile = not (args.sdpa_in_compile or before)
     StaticDecoder.gemv_in_compile = not (args.grouped_in_compile or before)
     StaticDecoder.fused_moe = not (args.unfused_moe or before)
+    StaticDecoder.fused_router = not (args.unfused_router or args.unfused_moe or before)
     Regenerator.compile_step = args.compile_regen and not before
     Regenerator.one_ahead = not (args.sync_regen or before)
     sampling.use_kernel = not (args.torch_sampler or before)

@@ -83,10 +83,59 @@ def test_route_equals_softmax_top_k(renorm):
         moe_kernels.route(tied, 21, False, DTYPE)
 
 
+def test_add_norm_router_equals_the_add_the_norm_and_the_router():
+    """One kernel for the residual add, F.rms_norm and the router's F.linear: 1 and 3 tokens,
+    hidden 1,000 (a masked row) and 20 experts (three tiles of 8, the last masked); the sum to
+    rounding of the dtype's add, the norm and the logits to the kernel tolerance. Bad shapes
+    are refused by name."""
+    g = torch.Generator(device=DEVICE).manual_seed(2)
+    r = lambda *s: torch.randn(*s, generator=g, device=DEVICE, dtype=DTYPE)  # noqa: E731
+    norm_w, router = r(1000), r(20, 1000) * 0.05
+    for tokens in (1, 3):
+        x, a = r(tokens, 1000), r(tokens, 1000)
+        got_x, got_h, logits = moe_kernels.add_norm_router(x, a, norm_w, router, 1e-6)
+        want_x = x + a
+        want_h = F.rms_norm(want_x, (1000,), norm_w, 1e-6)
+        assert got_x.dtype == got_h.dtype == logits.dtype == DTYPE and logits.shape == (tokens, 20)
+        torch.testing.assert_close(got_x, want_x, rtol=0, atol=0)
+        torch.testing.assert_close(got_h.float(), want_h.float(), **TOL)
+        torch.testing.assert_close(logits.float(), F.linear(want_h, router).float(), **TOL)
+    with pytest.raises(ValueError, match=r"x, a \[T, H\] and a router \[E, H\]; got \(3, 1000\)"):
+        moe_kernels.add_norm_router(x, a[:, :999], norm_w, router, 1e-6)
+
+
+@pytest.mark.parametrize("tokens", [1, 2])
+def test_experts_routed_inside_the_gemvs_equal_route_then_pair_gemv(tokens):
+    """routed_mlp_from_logits (each GEMV program routes its token from the logits) against
+    `route` then routed_mlp: with and without renormalisation, SiLU fused into the second GEMV
+    and GELU (its own op); 20 experts (not a power of 2), top 8."""
+    t, gate_up, down, _, _ = problem(tokens, experts=20)
+    logits = torch.randn(tokens, 20, generator=torch.Generator().manual_seed(4)).to(DEVICE, DTYPE)
+    for renorm in (True, False):
+        weight, expert = moe_kernels.route(logits, 8, renorm, DTYPE)
+        for act in (F.silu, F.gelu):
+            got = moe_kernels.routed_mlp_from_logits(t, gate_up, down, logits, 8, renorm, act)
+            want = moe_kernels.routed_mlp(t, gate_up, down, expert, weight, act)
+            torch.testing.assert_close(got, want, rtol=0, atol=0)
+    with pytest.raises(ValueError, match="1 <= k <= 20 experts; got k=0"):
+        moe_kernels.routed_mlp_from_logits(t, gate_up, down, logits, 0, True, F.silu)
+
+
 @on_gpu_only
-def test_pair_gemv_in_a_cuda_graph_and_compiled():
+@pytest.mark.parametrize("fused", [False, True])
+def test_pair_gemv_in_a_cuda_graph_and_compiled(fused):
+    """The pair GEMVs given experts and weights, or (`fused`) the add, norm and router kernel
+    and then GEMVs that route inside: replayed in a CUDA graph on new inputs and compiled."""
     t, gate_up, down, expert, weight = problem(8)
-    run = lambda: moe_kernels.routed_mlp(t, gate_up, down, expert, weight, F.silu)  # noqa: E731
+    a, norm_w = torch.randn_like(t), torch.rand_like(t[0]) + 0.5
+    router = torch.randn(gate_up.shape[0], t.shape[1], device=DEVICE, dtype=DTYPE) * 0.05
+
+    def run():
+        if not fused:
+            return moe_kernels.routed_mlp(t, gate_up, down, expert, weight, F.silu)
+        x, h, logits = moe_kernels.add_norm_router(t, a, norm_w, router, 1e-6)
+        return x + moe_kernels.routed_mlp_from_logits(h, gate_up, down, logits, 8, True, F.silu)
+
     eager = run()
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
@@ -107,8 +156,8 @@ def test_pair_gemv_in_a_cuda_graph_and_compiled():
 
 def test_static_decoder_steps_with_the_pair_gemv_as_with_grouped_gemms():
     """A tiny Qwen3-MoE target (bf16 on CUDA, fp32 interpreted): verify steps of widths 1 and 8
-    (pairs <= MAX_PAIRS) through the pair GEMV give the other path's logits and states (grouped
-    GEMMs on CUDA, every expert weighted on CPU) to rounding."""
+    (pairs <= MAX_PAIRS) through the pair GEMV, with each fusion on and off, give the other
+    path's logits and states (grouped GEMMs on CUDA, every expert weighted on CPU) to rounding."""
     from test_static_families import family_target
 
     from splitserve.target.runtime.static_model import StaticDecoder
@@ -121,8 +170,12 @@ def test_static_decoder_steps_with_the_pair_gemv_as_with_grouped_gemms():
     pair.pair_gemv, grouped.pair_gemv = True, False
     for net in (pair, grouped):
         net(seq, torch.arange(12, device=DEVICE)[None], fresh=True)  # the same prompt in both
-    for width, fused in ((1, True), (8, True), (1, False)):  # routing and SiLU fused, or not
-        pair.fused_moe = fused
+    # the add, norm and router fused with routing inside the GEMVs; routing and SiLU fused;
+    # neither
+    cases = ((1, True, True), (8, True, True), (1, True, False), (1, False, False))
+    for width, fused, router in cases:
+        pair.fused_moe, pair.fused_router = fused, router
+        assert pair._router_fused(pair.layers[0], width) == (fused and router)
         ids, pos = seq[:, :width], torch.arange(12, 12 + width, device=DEVICE)[None]
         for a, b in zip(pair(ids, pos), grouped(ids, pos), strict=True):
             torch.testing.assert_close(a.float(), b.float(), **STEP_TOL)

@@ -50,15 +50,23 @@ build("merge_kernel", merge_kernel, {
     **P("m_in l_in acc_in", "*fp32"), "o": "*bf16", **P("so_b so_w so_h Hk W splits", "i32"),
 }, {"G": 4, "D": 128, "BLOCK_R": 16}, 4)
 
-pair_gemv, route_kernel = moe_kernels.kernels()
-for has_scale, gated in ((False, False), (True, False), (True, True)):  # gate_up; down; + SiLU
-    build(f"pair_gemv/{has_scale}/{gated}", pair_gemv, {
-        **P("x w", "*bf16"), "expert": "*i64", "scale": "*bf16", "out": "*bf16",
-        **P("K N row_div", "i32"),
-    }, {"HAS_SCALE": has_scale, "GATED": gated, "BLOCK_N": 32, "BLOCK_K": 128}, 4)
+pair_gemv, route_kernel, norm_router_kernel = moe_kernels.kernels()
+route = {"TOP": 8, "RENORM": True, "BLOCK_E": 128, "BLOCK_TOP": 8}
+for has_scale, gated, routed in (  # gate_up; down; + SiLU; the same routed in the kernel
+    (False, False, False), (True, False, False), (True, True, False), (False, False, True),
+    (True, True, True),
+):  # fmt: skip
+    build(f"pair_gemv/{has_scale}/{gated}/{routed}", pair_gemv, {
+        **P("x w", "*bf16"), "expert": "*i64", "scale": "*bf16", "logits": "*bf16",
+        "out": "*bf16", **P("K N row_div E", "i32"),
+    }, {"HAS_SCALE": has_scale, "GATED": gated, "ROUTED": routed, "BLOCK_N": 32,
+        "BLOCK_K": 128, **route}, 4)
 build("route_kernel", route_kernel, {
     "logits": "*bf16", "weight": "*bf16", "expert": "*i64", "E": "i32",
-}, {"TOP": 8, "RENORM": True, "BLOCK_E": 128, "BLOCK_TOP": 8}, 4)
+}, route, 4)
+build("norm_router_kernel", norm_router_kernel, {  # hidden 2,048, 128 experts
+    **P("x a norm_w router x_out h_out logits_out", "*bf16"), **P("H E", "i32"), "eps": "fp32",
+}, {"BLOCK_H": 2048, "BLOCK_EC": 4}, 4)
 
 for fkl, grad in ((False, True), (True, True), (False, False)):  # no gradient: G is OUT
     build(f"loss_rows/{fkl}/{grad}", loss_kernels._rows_kernel, {
@@ -69,8 +77,10 @@ for fkl, grad in ((False, True), (True, True), (False, False)):  # no gradient: 
 
 KERNELS = [
     "sample_kernel/False", "sample_kernel/True", "partial_kernel/False", "partial_kernel/True",
-    "merge_kernel", "pair_gemv/False/False", "pair_gemv/True/False", "pair_gemv/True/True",
-    "route_kernel", "loss_rows/False/True", "loss_rows/True/True", "loss_rows/False/False",
+    "merge_kernel", "pair_gemv/False/False/False", "pair_gemv/True/False/False",
+    "pair_gemv/True/True/False", "pair_gemv/False/False/True", "pair_gemv/True/True/True",
+    "route_kernel", "norm_router_kernel", "loss_rows/False/True", "loss_rows/True/True",
+    "loss_rows/False/False",
 ]  # fmt: skip
 
 

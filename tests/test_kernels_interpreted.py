@@ -17,8 +17,9 @@ KERNEL_TESTS = {  # file: tests that run interpreted (the rest need CUDA graphs 
     # with the kernel against SDPA
     "tests/test_gpu_attention.py": 8 + 5,
     # the pair GEMV against fp32 at 1, 8 and 16 tokens; the router with and without
-    # renormalisation; a Qwen3-MoE runtime with and without them
-    "tests/test_gpu_moe.py": 3 + 2 + 1,
+    # renormalisation; the add, norm and router kernel; the GEMVs routing inside at 1 and 2
+    # tokens; a Qwen3-MoE runtime with and without them
+    "tests/test_gpu_moe.py": 3 + 2 + 1 + 2 + 1,
     # the sampler against PyTorch's, with and without a nucleus; each path of the nucleus; tiny
     # temperatures and top_p near 1; masked logits; ties at the edge; no token of probability 0
     "tests/test_gpu_sampling.py": 2 + 5,

@@ -17,7 +17,15 @@ where an expert's weights are read once for all its tokens (on one H200, Qwen3-3
 width 1 7.43 against 8.44 ms a graphed step, width 8 13.00 against 10.50;
 docs/results/runtime_h200).
 
-Needs Triton and a CUDA device (`available()`); CPU runs never import it.
+Two more fusions cut the kernels before the experts from four to one (not yet timed on a GPU;
+the static runtime's `fused_router`): `add_norm_router` takes the residual add, the RMSNorm and
+the router GEMV in one kernel (each program normalises the token's row itself and dots it with
+a tile of router rows, so no program waits for another), and `routed_mlp_from_logits` has every
+GEMV program route its own token from those logits with the same top-k code as `route` (a
+softmax and k maxima over E values: cheaper than a kernel launch), so no routing kernel runs.
+
+Needs Triton and a CUDA device (`available()`); CPU runs never import it (the Triton code is in
+moe_triton).
 """
 
 from typing import Optional
@@ -28,6 +36,7 @@ import torch.nn.functional as F
 from .triton_ops import available, once  # noqa: F401 (available: the module's API)
 
 MAX_PAIRS = 16  # (token, expert) pairs up to which the GEMV path runs: one token's
+ROUTER_TILE = 8192  # router weights a program of add_norm_router reads (32 at hidden 2,048)
 
 
 def register() -> None:
@@ -37,75 +46,11 @@ def register() -> None:
 
 @once
 def kernels():
-    """The Triton functions (compiled on first launch; tests/test_kernels_compile.py compiles
-    them for sm_90 ahead of time): pair_gemv and route_kernel."""
-    import triton
-    import triton.language as tl
+    """The Triton functions (moe_triton; compiled on first launch; tests/test_kernels_compile.py
+    compiles them for sm_90 ahead of time): pair_gemv, route_kernel and norm_router_kernel."""
+    from . import moe_triton
 
-    @triton.jit
-    def pair_gemv(
-        x, w, expert, scale, out, K, N, row_div,
-        HAS_SCALE: tl.constexpr, GATED: tl.constexpr, BLOCK_N: tl.constexpr,
-        BLOCK_K: tl.constexpr,
-    ):  # fmt: skip
-        """out[p] = w[expert[p]] @ x[p // row_div]; GATED: x's rows are [gate | up] (2K wide)
-        and the product is with silu(gate) * up, rounded to x's dtype where the eager ops round
-        (the GPU's sigmoid is approximate: equal to rounding)."""
-        pair = tl.program_id(0)
-        cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
-        e = tl.load(expert + pair).to(tl.int64)
-        row = x + (pair // row_div).to(tl.int64) * (2 * K if GATED else K)
-        tile = w + e * N * K + cols[:, None].to(tl.int64) * K
-        acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
-        for k0 in range(0, K, BLOCK_K):
-            ks = k0 + tl.arange(0, BLOCK_K)
-            xk = tl.load(row + ks, mask=ks < K, other=0.0)
-            if GATED:  # F.silu(gate) in x's dtype, then * up in x's dtype
-                g = xk.to(tl.float32)
-                a = (g * tl.sigmoid(g)).to(xk.dtype).to(tl.float32)
-                up = tl.load(row + K + ks, mask=ks < K, other=0.0).to(tl.float32)
-                xk = (a * up).to(xk.dtype)
-            wk = tl.load(
-                tile + ks[None, :], mask=(cols[:, None] < N) & (ks[None, :] < K), other=0.0
-            )
-            acc += tl.sum(wk.to(tl.float32) * xk.to(tl.float32)[None, :], axis=1)
-        if HAS_SCALE:
-            acc = acc * tl.load(scale + pair).to(tl.float32)
-        tl.store(out + pair.to(tl.int64) * N + cols, acc.to(out.dtype.element_ty), mask=cols < N)
-
-    @triton.jit
-    def route_kernel(
-        logits, weight, expert, E, TOP: tl.constexpr, RENORM: tl.constexpr,
-        BLOCK_E: tl.constexpr, BLOCK_TOP: tl.constexpr,
-    ):  # fmt: skip
-        """One token's router: softmax over its E logits (fp32), the TOP largest probabilities
-        in descending order (the lowest id first among equals), renormalised to sum 1 when
-        RENORM; weights in weight's dtype, ids int64."""
-        t = tl.program_id(0).to(tl.int64)
-        ids = tl.arange(0, BLOCK_E)
-        x = tl.load(logits + t * E + ids, mask=ids < E, other=float("-inf")).to(tl.float32)
-        p = tl.exp(x - tl.max(x, 0))
-        z = tl.sum(p, 0)  # padded ids: exp(-inf) = 0; NaN after a NaN or inf logit
-        p = p / z
-        # taken and padded ids fall below every probability; so does NaN (a NaN or inf logit:
-        # a GPU's max skips NaN, and no id may then be picked out of range)
-        left = tl.where((ids < E) & (p == p), p, -1.0)
-        slot = tl.arange(0, BLOCK_TOP)
-        top = tl.zeros((BLOCK_TOP,), tl.float32)
-        which = tl.zeros((BLOCK_TOP,), tl.int64)
-        for j in tl.static_range(TOP):
-            best = tl.max(left, 0)
-            pick = tl.minimum(tl.min(tl.where(left == best, ids, BLOCK_E), 0), E - 1)
-            top = tl.where(slot == j, best, top)
-            which = tl.where(slot == j, pick.to(tl.int64), which)
-            left = tl.where(ids == pick, -1.0, left)
-        if RENORM:
-            top = top / tl.sum(tl.where(slot < TOP, top, 0.0), 0)
-        top = tl.where(z == z, top, float("nan"))  # a broken row's weights stay NaN, as PyTorch's
-        tl.store(weight + t * TOP + slot, top.to(weight.dtype.element_ty), mask=slot < TOP)
-        tl.store(expert + t * TOP + slot, which, mask=slot < TOP)
-
-    return pair_gemv, route_kernel
+    return moe_triton.pair_gemv, moe_triton.route_kernel, moe_triton.norm_router_kernel
 
 
 @once
@@ -114,22 +59,43 @@ def _op():
     import triton
     from torch.library import triton_op, wrap_triton
 
-    gemv_kernel, route_kernel = kernels()
+    gemv_kernel, route_kernel, norm_router_kernel = kernels()
+
+    def launch_gemv(x, w, pairs, row_div, gated, *, expert=None, scale=None, logits=None,
+                    scaled=False, top=1, renorm=False):  # fmt: skip
+        """pair_gemv over `pairs` pairs: of `expert` (times `scale`), or ROUTED by `logits`
+        [T, E] (times the routing weights when `scaled`)."""
+        (_, n, k), routed = w.shape, logits is not None
+        out = x.new_empty((pairs, n))
+        block_n = 32 if n * pairs < 64 * 1024 else 64  # more programs when there are few pairs
+        e = logits.shape[1] if routed else 1
+        unused = x  # pointer arguments the variant does not read
+        wrap_triton(gemv_kernel)[(pairs, triton.cdiv(n, block_n))](
+            x, w, unused if routed else expert, unused if scale is None else scale,
+            logits if routed else unused, out, k, n, row_div, e,
+            HAS_SCALE=scaled if routed else scale is not None, GATED=gated, ROUTED=routed,
+            TOP=top, RENORM=renorm, BLOCK_N=block_n, BLOCK_K=128,
+            BLOCK_E=triton.next_power_of_2(e), BLOCK_TOP=triton.next_power_of_2(top),
+            num_warps=4,
+        )  # fmt: skip
+        return out
 
     @triton_op("splitserve::pair_gemv", mutates_args={})
     def gemv(
         x: torch.Tensor, w: torch.Tensor, expert: torch.Tensor, scale: Optional[torch.Tensor],  # noqa: UP045 (the op's schema is read from it)
         row_div: int, gated: bool,
     ) -> torch.Tensor:  # fmt: skip
-        pairs, (_, n, k) = expert.numel(), w.shape
-        out = x.new_empty((pairs, n))
-        block_n = 32 if n * pairs < 64 * 1024 else 64  # more programs when there are few pairs
-        grid = (pairs, triton.cdiv(n, block_n))
-        wrap_triton(gemv_kernel)[grid](
-            x, w, expert, scale if scale is not None else expert, out, k, n, row_div,
-            HAS_SCALE=scale is not None, GATED=gated, BLOCK_N=block_n, BLOCK_K=128, num_warps=4,
+        return launch_gemv(x, w, expert.numel(), row_div, gated, expert=expert, scale=scale)
+
+    @triton_op("splitserve::routed_gemv", mutates_args={})
+    def routed_gemv(
+        x: torch.Tensor, w: torch.Tensor, logits: torch.Tensor, top: int, renorm: bool,
+        scaled: bool, row_div: int, gated: bool,
+    ) -> torch.Tensor:  # fmt: skip
+        return launch_gemv(
+            x, w, logits.shape[0] * top, row_div, gated, logits=logits, scaled=scaled, top=top,
+            renorm=renorm,
         )  # fmt: skip
-        return out
 
     @triton_op("splitserve::route", mutates_args={})
     def route(
@@ -145,7 +111,22 @@ def _op():
         )  # fmt: skip
         return weight, expert
 
-    return gemv, route
+    @triton_op("splitserve::add_norm_router", mutates_args={})
+    def add_norm_router(
+        x: torch.Tensor, a: torch.Tensor, norm_w: torch.Tensor, router: torch.Tensor, eps: float
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        (tokens, h), e = x.shape, router.shape[0]
+        x_out, h_out = torch.empty_like(x), torch.empty_like(x)
+        logits = x.new_empty((tokens, e))
+        block_h = triton.next_power_of_2(h)
+        block_ec = max(1, min(triton.next_power_of_2(e), ROUTER_TILE // block_h))
+        wrap_triton(norm_router_kernel)[(tokens, triton.cdiv(e, block_ec))](
+            x, a, norm_w, router, x_out, h_out, logits, h, e, eps,
+            BLOCK_H=block_h, BLOCK_EC=block_ec, num_warps=4,
+        )  # fmt: skip
+        return x_out, h_out, logits
+
+    return gemv, routed_gemv, route, add_norm_router
 
 
 def pair_gemv(x, w, expert, scale=None, row_div: int = 1, gated: bool = False) -> torch.Tensor:
@@ -159,15 +140,44 @@ def pair_gemv(x, w, expert, scale=None, row_div: int = 1, gated: bool = False) -
     )
 
 
+def _check_top(logits, top: int) -> None:
+    if not 1 <= top <= logits.shape[-1]:
+        raise ValueError(f"top-k routing needs 1 <= k <= {logits.shape[-1]} experts; got k={top}")
+
+
 def route(logits, top: int, renorm: bool, dtype) -> tuple[torch.Tensor, torch.Tensor]:
     """(weight [T, top] in `dtype`, expert [T, top] int64) from router logits [T, E]: softmax in
     fp32, the `top` largest in descending order, renormalised to sum 1 when `renorm` (as
     Qwen3-MoE routes; the lowest id first among equal probabilities)."""
-    if not 1 <= top <= logits.shape[-1]:
-        raise ValueError(f"top-k routing needs 1 <= k <= {logits.shape[-1]} experts; got k={top}")
+    _check_top(logits, top)
     if not torch.compiler.is_compiling():
         _op()
     return torch.ops.splitserve.route(logits.contiguous(), top, renorm, dtype)
+
+
+def routed_gemv(x, w, logits, top: int, renorm: bool, scaled: bool, row_div=1, gated=False):
+    """pair_gemv with each token's experts (and, `scaled`, weights) routed inside the kernel
+    from its router logits [T, E], as `route` routes them: pairs T * top, token p // top's."""
+    _check_top(logits, top)
+    if not torch.compiler.is_compiling():
+        _op()
+    return torch.ops.splitserve.routed_gemv(
+        x.contiguous(), w, logits.contiguous(), top, renorm, scaled, row_div, gated
+    )
+
+
+def add_norm_router(x, a, norm_w, router, eps: float):
+    """(x + a, RMSNorm(x + a) * norm_w, router logits [T, E]) for x, a [T, H] in one kernel, as
+    the residual add, F.rms_norm and F.linear give them to rounding: the three kernels before
+    a MoE's experts (with `routed_mlp_from_logits`, four become one)."""
+    if x.shape != a.shape or x.shape[-1] != router.shape[-1] or x.dim() != 2:
+        raise ValueError(
+            f"add_norm_router takes x, a [T, H] and a router [E, H]; got {tuple(x.shape)}, "
+            f"{tuple(a.shape)} and {tuple(router.shape)}"
+        )
+    if not torch.compiler.is_compiling():
+        _op()
+    return torch.ops.splitserve.add_norm_router(x.contiguous(), a.contiguous(), norm_w, router, eps)
 
 
 def is_silu(act) -> bool:
@@ -180,13 +190,30 @@ def routed_mlp(t, gate_up, down, expert, weight, act, fuse_act: bool = True) -> 
     """sum_j weight[i, j] * down[e] @ (act(gate) * up) with gate, up = gate_up[e] @ t[i] and
     e = expert[i, j]: t [T, H], gate_up [E, 2I, H], down [E, H, I], expert / weight [T, k].
     `fuse_act`: a SiLU is applied by the second GEMV as it reads gate and up."""
-    n, k = expert.shape
-    flat = expert.reshape(-1)
-    scale = weight.reshape(-1).contiguous()
-    gate_up_out = pair_gemv(t, gate_up, flat, row_div=k)
+    flat, scale = expert.reshape(-1), weight.reshape(-1).contiguous()
+
+    def gemv(x, w, scaled, row_div, gated):
+        return pair_gemv(x, w, flat, scale if scaled else None, row_div, gated)
+
+    return _experts(gemv, t, gate_up, down, expert.shape[1], act, fuse_act)
+
+
+def routed_mlp_from_logits(t, gate_up, down, logits, top, renorm, act, fuse_act=True):
+    """`routed_mlp` with the routing (`route` of the router logits [T, E]) done inside both
+    GEMVs: no routing kernel between the router and the experts."""
+
+    def gemv(x, w, scaled, row_div, gated):
+        return routed_gemv(x, w, logits, top, renorm, scaled, row_div, gated)
+
+    return _experts(gemv, t, gate_up, down, top, act, fuse_act)
+
+
+def _experts(gemv, t, gate_up, down, k: int, act, fuse_act: bool) -> torch.Tensor:
+    """The two GEMVs of routed_mlp over a token's k pairs, then their sum a token."""
+    gate_up_out = gemv(t, gate_up, False, k, False)
     if fuse_act and is_silu(act):
-        ys = pair_gemv(gate_up_out, down, flat, scale=scale, gated=True)
+        ys = gemv(gate_up_out, down, True, 1, True)
     else:
         gate, up = gate_up_out.chunk(2, -1)
-        ys = pair_gemv(act(gate) * up, down, flat, scale=scale)
-    return ys.view(n, k, -1).sum(1)
+        ys = gemv(act(gate) * up, down, True, 1, False)
+    return ys.view(t.shape[0], k, -1).sum(1)

@@ -99,6 +99,12 @@ class StaticDecoder(nn.Module):
     # token, and SiLU applied inside the second GEMV (moe_kernels; 3 kernels fewer a layer, not
     # yet timed on a GPU); benchmarks' --unfused-moe or --before turn it off
     fused_moe = True
+    # with the fused MoE and a plain RMSNorm before the experts: the residual add, that norm and
+    # the router GEMV as one Triton kernel and the routing done inside each expert GEMV
+    # (moe_kernels.add_norm_router, routed_mlp_from_logits: 6 kernels -> 3 eagerly, 3 -> 1 under
+    # torch.compile, which fuses the add and the norm; not yet timed on a GPU); benchmarks'
+    # --unfused-router, --unfused-moe or --before turn it off
+    fused_router = True
 
     def __init__(
         self,
@@ -301,9 +307,12 @@ class StaticDecoder(nn.Module):
                     k_seen, v_seen = k_all[rows, :, :extent], v_all[rows, :, :extent]
                 attn = self._attend(q, k_seen, v_seen, masks.get(p["window"]), fresh)
             out = F.linear(attn, p["o"], p["o_bias"])
-            x = x + (out if p["attn_out_norm"] is None else self._norm(out, p["attn_out_norm"]))
-            h = self._norm(x, p["mlp_in_norm"])
-            out = self._moe(h, p) if p["moe"] is not None else self._mlp(h, p)
+            if self._router_fused(p, b * w):
+                x, out = self._add_norm_moe(x, out, p)
+            else:
+                x = x + (out if p["attn_out_norm"] is None else self._norm(out, p["attn_out_norm"]))
+                h = self._norm(x, p["mlp_in_norm"])
+                out = self._moe(h, p) if p["moe"] is not None else self._mlp(h, p)
             x = x + (out if p["mlp_out_norm"] is None else self._norm(out, p["mlp_out_norm"]))
             if i in self.capture_ids:
                 captured[i] = x
@@ -358,11 +367,7 @@ class StaticDecoder(nn.Module):
         moe, shape = p["moe"], h.shape
         t = h.reshape(-1, shape[-1])
         logits = F.linear(t, moe["router"])
-        gemv = (
-            self.pair_gemv
-            and t.shape[0] * moe["top_k"] <= moe_kernels.MAX_PAIRS
-            and self._triton_here(self.gemv_in_compile)
-        )
+        gemv = self._gemv_here(p, t.shape[0])
         if gemv and self.fused_moe:
             weight, expert = moe_kernels.route(logits, moe["top_k"], moe["renorm"], h.dtype)
         else:
@@ -399,6 +404,42 @@ class StaticDecoder(nn.Module):
             gate, up = F.linear(t, moe["gate_up"][e]).chunk(2, -1)
             out += F.linear(p["act"](gate) * up, moe["down"][e]) * dense[:, e : e + 1]
         return out.reshape(shape)
+
+    def _gemv_here(self, p: dict, tokens: int) -> bool:
+        """This layer's experts run as pair GEMVs here: a MoE layer, on CUDA, a token's pairs
+        (a width-1 step), and the op allowed where the call runs."""
+        return (
+            p["moe"] is not None
+            and self.pair_gemv
+            and tokens * p["moe"]["top_k"] <= moe_kernels.MAX_PAIRS
+            and self._triton_here(self.gemv_in_compile)
+        )
+
+    def _router_fused(self, p: dict, tokens: int) -> bool:
+        """The residual add, the norm and the router of this MoE layer run as one kernel and the
+        routing inside the expert GEMVs (`_add_norm_moe`): pair GEMVs with the fused routing,
+        and a plain RMSNorm between (no sandwich norm, no unit offset: Qwen3-MoE's layers)."""
+        return (
+            self.fused_router
+            and self.fused_moe
+            and self._gemv_here(p, tokens)
+            and p["attn_out_norm"] is None
+            and not self.unit_offset
+        )
+
+    def _add_norm_moe(self, x: torch.Tensor, out: torch.Tensor, p: dict):
+        """(x + out, the experts' output) of a `_router_fused` layer: moe_kernels.add_norm_router,
+        then the two expert GEMVs, each routing its token from the router's logits itself; the
+        same as `_moe` of the norm of x + out, to rounding, in 3 kernels rather than 6."""
+        moe, shape = p["moe"], x.shape
+        x, h, logits = moe_kernels.add_norm_router(
+            x.reshape(-1, shape[-1]), out.reshape(-1, shape[-1]), p["mlp_in_norm"],
+            moe["router"], self.eps,
+        )  # fmt: skip
+        experts = moe_kernels.routed_mlp_from_logits(
+            h, moe["gate_up"], moe["down"], logits, moe["top_k"], moe["renorm"], p["act"]
+        )
+        return x.view(shape), experts.view(shape)
 
     def _bias(
         self,
