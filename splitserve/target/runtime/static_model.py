@@ -101,9 +101,9 @@ class StaticDecoder(nn.Module):
     fused_moe = True
     # with the fused MoE and a plain RMSNorm before the experts: the residual add, that norm and
     # the router GEMV as one Triton kernel and the routing done inside each expert GEMV
-    # (moe_kernels.add_norm_router, routed_mlp_from_logits: 6 kernels -> 3 eagerly, 3 -> 1 under
-    # torch.compile, which fuses the add and the norm; not yet timed on a GPU); benchmarks'
-    # --unfused-router, --unfused-moe or --before turn it off
+    # (moe_kernels.add_norm_router, routed_mlp_from_logits: a layer's MoE half in 3 kernels, not
+    # 6 eagerly or 5 under torch.compile, which fuses the add and the norm; not yet timed on a
+    # GPU); benchmarks' --unfused-router, --unfused-moe or --before turn it off
     fused_router = True
 
     def __init__(
@@ -430,7 +430,7 @@ class StaticDecoder(nn.Module):
     def _add_norm_moe(self, x: torch.Tensor, out: torch.Tensor, p: dict):
         """(x + out, the experts' output) of a `_router_fused` layer: moe_kernels.add_norm_router,
         then the two expert GEMVs, each routing its token from the router's logits itself; the
-        same as `_moe` of the norm of x + out, to rounding, in 3 kernels rather than 6."""
+        same as `_moe` of the norm of x + out, to rounding, in 3 kernels (not 6, or 5 compiled)."""
         moe, shape = p["moe"], x.shape
         x, h, logits = moe_kernels.add_norm_router(
             x.reshape(-1, shape[-1]), out.reshape(-1, shape[-1]), p["mlp_in_norm"],
