@@ -106,13 +106,16 @@ def test_add_norm_router_equals_the_add_the_norm_and_the_router():
 
 @pytest.mark.parametrize("tokens", [1, 2])
 def test_experts_routed_inside_the_gemvs_equal_route_then_pair_gemv(tokens):
-    """routed_mlp_from_logits (each GEMV program routes its token from the logits) against
-    `route` then routed_mlp: with and without renormalisation, SiLU fused into the second GEMV
-    and GELU (its own op); 20 experts (not a power of 2), top 8."""
+    """routed_mlp_from_logits (the first GEMV routes each token from the logits and hands the
+    second its experts and weights) against `route` then routed_mlp: with and without
+    renormalisation, SiLU fused into the second GEMV and GELU (its own op); 20 experts (not a
+    power of 2), top 8."""
     t, gate_up, down, _, _ = problem(tokens, experts=20)
     logits = torch.randn(tokens, 20, generator=torch.Generator().manual_seed(4)).to(DEVICE, DTYPE)
     for renorm in (True, False):
         weight, expert = moe_kernels.route(logits, 8, renorm, DTYPE)
+        _, got_e, got_w = moe_kernels.routed_gemv(t, gate_up, logits, 8, renorm, row_div=8)
+        assert torch.equal(got_e, expert.reshape(-1)) and torch.equal(got_w, weight.reshape(-1))
         for act in (F.silu, F.gelu):
             got = moe_kernels.routed_mlp_from_logits(t, gate_up, down, logits, 8, renorm, act)
             want = moe_kernels.routed_mlp(t, gate_up, down, expert, weight, act)

@@ -52,9 +52,8 @@ build("merge_kernel", merge_kernel, {
 
 pair_gemv, route_kernel, norm_router_kernel = moe_kernels.kernels()
 route = {"TOP": 8, "RENORM": True, "BLOCK_E": 128, "BLOCK_TOP": 8}
-for has_scale, gated, routed in (  # gate_up; down; + SiLU; the same routed in the kernel
+for has_scale, gated, routed in (  # gate_up; down; + SiLU; gate_up routed in the kernel
     (False, False, False), (True, False, False), (True, True, False), (False, False, True),
-    (True, True, True),
 ):  # fmt: skip
     build(f"pair_gemv/{has_scale}/{gated}/{routed}", pair_gemv, {
         **P("x w", "*bf16"), "expert": "*i64", "scale": "*bf16", "logits": "*bf16",
@@ -78,7 +77,7 @@ for fkl, grad in ((False, True), (True, True), (False, False)):  # no gradient: 
 KERNELS = [
     "sample_kernel/False", "sample_kernel/True", "partial_kernel/False", "partial_kernel/True",
     "merge_kernel", "pair_gemv/False/False/False", "pair_gemv/True/False/False",
-    "pair_gemv/True/True/False", "pair_gemv/False/False/True", "pair_gemv/True/True/True",
+    "pair_gemv/True/True/False", "pair_gemv/False/False/True",
     "route_kernel", "norm_router_kernel", "loss_rows/False/True", "loss_rows/True/True",
     "loss_rows/False/False",
 ]  # fmt: skip

@@ -21,8 +21,9 @@ Two more fusions cut the kernels before the experts from four to one (not yet ti
 the static runtime's `fused_router`): `add_norm_router` takes the residual add, the RMSNorm and
 the router GEMV in one kernel (each program normalises the token's row itself and dots it with
 a tile of router rows, so no program waits for another), and `routed_mlp_from_logits` has every
-GEMV program route its own token from those logits with the same top-k code as `route` (a
-softmax and k maxima over E values: cheaper than a kernel launch), so no routing kernel runs.
+program of the first GEMV route its own token from those logits with the same top-k code as
+`route` (a softmax and k maxima over E values: cheaper than a kernel launch) and hand the second
+GEMV its experts and weights, so no routing kernel runs.
 
 Needs Triton and a CUDA device (`available()`); CPU runs never import it (the Triton code is in
 moe_triton).
@@ -61,22 +62,19 @@ def _op():
 
     gemv_kernel, route_kernel, norm_router_kernel = kernels()
 
-    def launch_gemv(x, w, pairs, row_div, gated, *, expert=None, scale=None, logits=None,
-                    scaled=False, top=1, renorm=False):  # fmt: skip
-        """pair_gemv over `pairs` pairs: of `expert` (times `scale`), or ROUTED by `logits`
-        [T, E] (times the routing weights when `scaled`)."""
-        (_, n, k), routed = w.shape, logits is not None
+    def launch_gemv(x, w, expert, scale, row_div, gated, logits=None, top=1, renorm=False):
+        """pair_gemv over expert.numel() pairs: of `expert` (times `scale` where given), or
+        ROUTED by `logits` [T, E], writing each pair's expert and weight to `expert`, `scale`."""
+        (_, n, k), routed, pairs = w.shape, logits is not None, expert.numel()
         out = x.new_empty((pairs, n))
         block_n = 32 if n * pairs < 64 * 1024 else 64  # more programs when there are few pairs
         e = logits.shape[1] if routed else 1
-        unused = x  # pointer arguments the variant does not read
         wrap_triton(gemv_kernel)[(pairs, triton.cdiv(n, block_n))](
-            x, w, unused if routed else expert, unused if scale is None else scale,
-            logits if routed else unused, out, k, n, row_div, e,
-            HAS_SCALE=scaled if routed else scale is not None, GATED=gated, ROUTED=routed,
-            TOP=top, RENORM=renorm, BLOCK_N=block_n, BLOCK_K=128,
-            BLOCK_E=triton.next_power_of_2(e), BLOCK_TOP=triton.next_power_of_2(top),
-            num_warps=4,
+            x, w, expert, expert if scale is None else scale, x if logits is None else logits,
+            out, k, n, row_div, e,
+            HAS_SCALE=scale is not None and not routed, GATED=gated, ROUTED=routed, TOP=top,
+            RENORM=renorm, BLOCK_N=block_n, BLOCK_K=128, BLOCK_E=triton.next_power_of_2(e),
+            BLOCK_TOP=triton.next_power_of_2(top), num_warps=4,
         )  # fmt: skip
         return out
 
@@ -85,17 +83,18 @@ def _op():
         x: torch.Tensor, w: torch.Tensor, expert: torch.Tensor, scale: Optional[torch.Tensor],  # noqa: UP045 (the op's schema is read from it)
         row_div: int, gated: bool,
     ) -> torch.Tensor:  # fmt: skip
-        return launch_gemv(x, w, expert.numel(), row_div, gated, expert=expert, scale=scale)
+        return launch_gemv(x, w, expert, scale, row_div, gated)
 
     @triton_op("splitserve::routed_gemv", mutates_args={})
     def routed_gemv(
         x: torch.Tensor, w: torch.Tensor, logits: torch.Tensor, top: int, renorm: bool,
-        scaled: bool, row_div: int, gated: bool,
-    ) -> torch.Tensor:  # fmt: skip
-        return launch_gemv(
-            x, w, logits.shape[0] * top, row_div, gated, logits=logits, scaled=scaled, top=top,
-            renorm=renorm,
-        )  # fmt: skip
+        row_div: int,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
+        pairs = logits.shape[0] * top
+        expert = torch.empty(pairs, dtype=torch.long, device=x.device)
+        weight = x.new_empty(pairs)
+        out = launch_gemv(x, w, expert, weight, row_div, False, logits, top, renorm)
+        return out, expert, weight
 
     @triton_op("splitserve::route", mutates_args={})
     def route(
@@ -155,14 +154,15 @@ def route(logits, top: int, renorm: bool, dtype) -> tuple[torch.Tensor, torch.Te
     return torch.ops.splitserve.route(logits.contiguous(), top, renorm, dtype)
 
 
-def routed_gemv(x, w, logits, top: int, renorm: bool, scaled: bool, row_div=1, gated=False):
-    """pair_gemv with each token's experts (and, `scaled`, weights) routed inside the kernel
-    from its router logits [T, E], as `route` routes them: pairs T * top, token p // top's."""
+def routed_gemv(x, w, logits, top: int, renorm: bool, row_div: int = 1):
+    """pair_gemv with each token's experts routed inside the kernel from its router logits
+    [T, E], as `route` routes them (pairs T * top, token p // top's): (out [P, N], the pairs'
+    experts [P] int64, their weights [P] in x's dtype) for the next GEMV."""
     _check_top(logits, top)
     if not torch.compiler.is_compiling():
         _op()
     return torch.ops.splitserve.routed_gemv(
-        x.contiguous(), w, logits.contiguous(), top, renorm, scaled, row_div, gated
+        x.contiguous(), w, logits.contiguous(), top, renorm, row_div
     )
 
 
@@ -190,30 +190,24 @@ def routed_mlp(t, gate_up, down, expert, weight, act, fuse_act: bool = True) -> 
     """sum_j weight[i, j] * down[e] @ (act(gate) * up) with gate, up = gate_up[e] @ t[i] and
     e = expert[i, j]: t [T, H], gate_up [E, 2I, H], down [E, H, I], expert / weight [T, k].
     `fuse_act`: a SiLU is applied by the second GEMV as it reads gate and up."""
-    flat, scale = expert.reshape(-1), weight.reshape(-1).contiguous()
-
-    def gemv(x, w, scaled, row_div, gated):
-        return pair_gemv(x, w, flat, scale if scaled else None, row_div, gated)
-
-    return _experts(gemv, t, gate_up, down, expert.shape[1], act, fuse_act)
+    flat, k = expert.reshape(-1), expert.shape[1]
+    gate_up_out = pair_gemv(t, gate_up, flat, row_div=k)
+    return _down(gate_up_out, down, flat, weight.reshape(-1).contiguous(), act, fuse_act, k)
 
 
 def routed_mlp_from_logits(t, gate_up, down, logits, top, renorm, act, fuse_act=True):
-    """`routed_mlp` with the routing (`route` of the router logits [T, E]) done inside both
-    GEMVs: no routing kernel between the router and the experts."""
-
-    def gemv(x, w, scaled, row_div, gated):
-        return routed_gemv(x, w, logits, top, renorm, scaled, row_div, gated)
-
-    return _experts(gemv, t, gate_up, down, top, act, fuse_act)
+    """`routed_mlp` with the routing (`route` of the router logits [T, E]) done inside the
+    first GEMV, which hands the second its pairs' experts and weights: no routing kernel."""
+    gate_up_out, flat, weight = routed_gemv(t, gate_up, logits, top, renorm, row_div=top)
+    return _down(gate_up_out, down, flat, weight, act, fuse_act, top)
 
 
-def _experts(gemv, t, gate_up, down, k: int, act, fuse_act: bool) -> torch.Tensor:
-    """The two GEMVs of routed_mlp over a token's k pairs, then their sum a token."""
-    gate_up_out = gemv(t, gate_up, False, k, False)
+def _down(gate_up_out, down, flat, scale, act, fuse_act: bool, k: int) -> torch.Tensor:
+    """The second GEMV of routed_mlp over the pairs `flat` (weighted by `scale`), summed over
+    each token's k pairs."""
     if fuse_act and is_silu(act):
-        ys = gemv(gate_up_out, down, True, 1, True)
+        ys = pair_gemv(gate_up_out, down, flat, scale=scale, gated=True)
     else:
         gate, up = gate_up_out.chunk(2, -1)
-        ys = gemv(act(gate) * up, down, True, 1, False)
-    return ys.view(t.shape[0], k, -1).sum(1)
+        ys = pair_gemv(act(gate) * up, down, flat, scale=scale)
+    return ys.view(-1, k, ys.shape[-1]).sum(1)

@@ -46,9 +46,10 @@ def pair_gemv(
     """out[p] = w[expert[p]] @ x[p // row_div] (times scale[p] with HAS_SCALE); GATED: x's
     rows are [gate | up] (2K wide) and the product is with silu(gate) * up, rounded to x's
     dtype where the eager ops round (the GPU's sigmoid is approximate: equal to rounding).
-    ROUTED: pair p is token p // TOP's (p % TOP)-th expert by `top_k` over its router
-    logits (E a token), its weight rounded to out's dtype as the scale: every program
-    routes its own token (a few hundred exps), so no routing kernel runs before."""
+    ROUTED (no scale): pair p is token p // TOP's (p % TOP)-th expert by `top_k` over its
+    router logits (E a token); each program routes its own token (a softmax and TOP maxima
+    over E values), so no routing kernel runs before, and the first program of a pair writes
+    its expert and its weight (in scale's dtype) to `expert` and `scale` for the next GEMV."""
     pair = tl.program_id(0)
     cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     if ROUTED:
@@ -57,6 +58,9 @@ def pair_gemv(
         )
         mine = tl.arange(0, BLOCK_TOP) == pair % TOP
         e = tl.sum(tl.where(mine, which, 0), 0)
+        if tl.program_id(1) == 0:
+            tl.store(expert + pair, e)
+            tl.store(scale + pair, tl.sum(tl.where(mine, top, 0.0), 0).to(scale.dtype.element_ty))
     else:
         e = tl.load(expert + pair).to(tl.int64)
     row = x + (pair // row_div).to(tl.int64) * (2 * K if GATED else K)
@@ -73,11 +77,7 @@ def pair_gemv(
         wk = tl.load(tile + ks[None, :], mask=(cols[:, None] < N) & (ks[None, :] < K), other=0.0)
         acc += tl.sum(wk.to(tl.float32) * xk.to(tl.float32)[None, :], axis=1)
     if HAS_SCALE:
-        if ROUTED:
-            s = tl.sum(tl.where(mine, top, 0.0), 0).to(out.dtype.element_ty)
-        else:
-            s = tl.load(scale + pair)
-        acc = acc * s.to(tl.float32)
+        acc = acc * tl.load(scale + pair).to(tl.float32)
     tl.store(out + pair.to(tl.int64) * N + cols, acc.to(out.dtype.element_ty), mask=cols < N)
 
 
