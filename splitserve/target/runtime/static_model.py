@@ -96,14 +96,16 @@ class StaticDecoder(nn.Module):
     # against 6.54 with the grouped GEMMs inside; benchmarks' --grouped-in-compile turns it off
     gemv_in_compile = True
     # with the pair GEMV: the router's softmax, top-k and renormalisation in one Triton program a
-    # token, and SiLU applied inside the second GEMV (moe_kernels; 3 kernels fewer a layer, not
-    # yet timed on a GPU); benchmarks' --unfused-moe or --before turn it off
+    # token, and SiLU applied inside the second GEMV (moe_kernels; 3 kernels fewer a layer: one
+    # H100, graphed width-1 step 5.48 against 6.48 ms); benchmarks' --unfused-moe or --before
+    # turn it off
     fused_moe = True
     # with the fused MoE and a plain RMSNorm before the experts: the residual add, that norm and
     # the router GEMV as one Triton kernel and the routing done inside each expert GEMV
     # (moe_kernels.add_norm_router, routed_mlp_from_logits: a layer's MoE half in 3 kernels, not
-    # 6 eagerly or 5 under torch.compile, which fuses the add and the norm; not yet timed on a
-    # GPU); benchmarks' --unfused-router, --unfused-moe or --before turn it off
+    # 6 eagerly or 5 under torch.compile, which fuses the add and the norm; one H100, graphed
+    # width-1 step 5.29 against 5.50 ms, same lease); benchmarks' --unfused-router,
+    # --unfused-moe or --before turn it off
     fused_router = True
 
     def __init__(
